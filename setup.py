@@ -1,0 +1,46 @@
+"""verl-mopd: multi-teacher on-policy distillation (UI-MOPD) as a verl 0.9.1 plugin."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+setup(
+    name="verl-mopd",
+    version="0.1.0",
+    description="Platform-routed multi-teacher on-policy distillation (UI-MOPD) for verl",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["verl_mopd", "verl_mopd.*"]),
+    include_package_data=True,
+    package_data={"verl_mopd": ["trainer/config/*.yaml", "py.typed"]},
+    install_requires=[
+        "verl>=0.9.1,<0.10",
+        "transformers>=5.5.3,<5.11,!=5.6.0",
+        "numpy>=2.0",
+    ],
+    extras_require={
+        # CPU test stack. torch is pinned so that a CPU machine takes the CPU wheel instead of
+        # resolving a multi-GB CUDA build through verl's dependencies.
+        "test": [
+            "torch==2.13.0",
+            "pytest>=8",
+            "hypothesis>=6.100",
+        ],
+        # The GPU training stack, through verl's own extras (Megatron-Core + mbridge, SGLang).
+        "megatron": ["verl[mcore]>=0.9.1,<0.10", "megatron-core>=0.16,<0.17"],
+        "sglang": ["verl[sglang]>=0.9.1,<0.10"],
+    },
+    entry_points={
+        "console_scripts": ["verl-mopd=verl_mopd.cli:main"],
+        # verl/__init__.py loads every entry point of this group in each process that imports verl.
+        "verl.plugins": ["verl_mopd=verl_mopd.plugin:_entry_point"],
+    },
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+    ],
+)
