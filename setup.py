@@ -19,6 +19,8 @@ setup(
     package_data={"verl_mopd": ["trainer/config/*.yaml", "py.typed"]},
     install_requires=[
         "verl>=0.9.1,<0.10",
+        # verl 0.9.1's default (v1) trainer stores samples in TransferQueue (verl's verl-core extra)
+        "TransferQueue>=0.1.10,<0.2",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "numpy>=2.0",
     ],
@@ -37,7 +39,7 @@ setup(
     entry_points={
         "console_scripts": ["verl-mopd=verl_mopd.cli:main"],
         # verl/__init__.py loads every entry point of this group in each process that imports verl.
-        "verl.plugins": ["verl_mopd=verl_mopd.plugin:_entry_point"],
+        "verl.plugins": ["verl_mopd=verl_mopd._verl_plugin"],
     },
     classifiers=[
         "License :: OSI Approved :: Apache Software License",

@@ -1,0 +1,273 @@
+"""mopd_k3 inside verl 0.9.1: registration, verl's distillation_ppo_loss, the driver-side gate."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from tensordict import NonTensorStack, TensorDict
+
+from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY, distillation_ppo_loss
+from verl.utils import tensordict_utils as tu
+from verl.workers.config import ActorConfig, DistillationConfig
+from verl.workers.utils.losses import ppo_loss
+
+from _microbatch import build_microbatch
+from _tq_memory import InMemoryTQ
+from verl_mopd import plugin
+from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
+from verl_mopd.losses import compute_mopd_k3, k3_kl
+from verl_mopd.trainer.gate import compute_kl_gate, write_kl_gate
+
+BETA = 0.01
+
+
+def _configs(strategy="fsdp", **loss_kwargs):
+    actor = ActorConfig(strategy=strategy, ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2, rollout_n=1)
+    loss = MOPDDistillationLossConfig(distillation_loss_coef=BETA, **loss_kwargs)
+    return actor, DistillationConfig(enabled=False, distillation_loss=loss)
+
+
+# ------------------------------------------------------------------- registration
+
+
+def _run(code, **env):
+    full_env = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
+
+
+def test_plain_import_verl_registers_mopd_k3_through_the_entry_point():
+    out = _run(
+        "import verl\n"
+        "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
+        "from verl_mopd.losses import compute_mopd_k3\n"
+        "assert R['mopd_k3'] is compute_mopd_k3, R.get('mopd_k3')\n"
+        "print('registered')"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "registered" in out.stdout
+
+
+def test_disabled_plugins_give_a_clear_error_and_a_failing_plugin_warns():
+    code = (
+        "import warnings, verl\n"
+        "from verl_mopd import plugin\n"
+        "assert not plugin.is_registered()\n"
+        "try:\n"
+        "    plugin.require_registered('the driver')\n"
+        "except RuntimeError as e:\n"
+        "    print('ERROR:', e)\n"
+        "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
+        "R['mopd_k3'] = print  # someone else's loss under our name: registration must fail loudly\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    try:\n"
+        "        import verl_mopd._verl_plugin\n"
+        "    except RuntimeError:\n"
+        "        pass\n"
+        "print('WARNED:', [str(w.message) for w in caught])\n"
+    )
+    out = _run(code, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "loss_mode=mopd_k3 is not registered in the driver" in out.stdout
+    assert "VERL_USE_EXTERNAL_PLUGINS" in out.stdout
+    assert "verl-mopd plugin failed to register" in out.stdout
+
+
+def test_register_is_idempotent():
+    plugin.register()
+    plugin.register()
+    assert DISTILLATION_LOSS_REGISTRY["mopd_k3"] is compute_mopd_k3
+    plugin.require_registered()
+
+
+def test_loss_config_refuses_settings_that_defeat_mopd_k3():
+    with pytest.raises(ValueError, match="use_policy_gradient"):
+        MOPDDistillationLossConfig(use_policy_gradient=True)
+    with pytest.raises(ValueError, match="loss_max_clamp=10.0"):
+        MOPDDistillationLossConfig(loss_max_clamp=10.0)
+    with pytest.raises(ValueError, match="k3_linear_above=2.0"):
+        MOPDDistillationLossConfig(k3_linear_above=2.0)
+    # verl's own config class with use_policy_gradient=True also reaches a clear error in the loss
+    from verl.workers.config import DistillationLossConfig
+
+    dc = DistillationConfig(enabled=False, distillation_loss=DistillationLossConfig(loss_mode="mopd_k3"))
+    data, model_output, *_ = build_microbatch([2, 3], [3, 2])
+    actor, _ = _configs()
+    with pytest.raises(ValueError, match="use_policy_gradient=True with loss_mode=mopd_k3"):
+        distillation_ppo_loss(actor, dc, model_output=model_output, data=data)
+
+
+# --------------------------------------------- through verl's distillation_ppo_loss
+
+
+@pytest.mark.parametrize("layout", ["nested", "padded"])
+@pytest.mark.parametrize("strategy", ["fsdp", "megatron"])
+def test_registered_loss_through_verl_distillation_ppo_loss(layout, strategy):
+    prompt_lens, resp_lens = [3, 5, 2, 4], [4, 2, 6, 3]
+    gate = [1.0, 0.0, 1.0, 0.0]
+    data, model_output, leaf, teacher, pos = build_microbatch(prompt_lens, resp_lens, layout=layout, kl_mask=gate)
+    # non-zero advantages so the PG part is real; it must add, not interact
+    adv = [torch.linspace(-1, 1, r, dtype=torch.float64) for r in resp_lens]
+    data["advantages"] = (
+        torch.nested.as_nested_tensor(adv, layout=torch.jagged)
+        if layout == "nested"
+        else torch.nested.as_nested_tensor(adv, layout=torch.jagged).to_padded_tensor(0)
+    )
+    actor, dist = _configs(strategy)
+    loss, metrics = distillation_ppo_loss(actor, dist, model_output=model_output, data=data)
+    loss.backward()
+
+    n_tokens = sum(resp_lens)
+    ref_leaf = leaf.detach().clone().requires_grad_(True)
+    ref_kl = sum(k3_kl(ref_leaf[pos[i]][None], teacher[pos[i]][None]).sum() for i in (0, 2)) / n_tokens
+    pg_data, pg_out, pg_leaf, *_ = build_microbatch(prompt_lens, resp_lens, layout=layout)
+    pg_data["advantages"] = data["advantages"]
+    pg_loss, _ = ppo_loss(actor, pg_out, pg_data)
+    (ref_total := pg_loss + BETA * ref_kl).backward()
+    pg_leaf_grad = pg_leaf.grad
+
+    torch.testing.assert_close(loss, ref_total)
+    assert metrics["distillation/loss"].values[0] == pytest.approx(ref_kl.item())
+    for i in (1, 3):  # gated off: exactly the PG gradient, zero from the KL
+        torch.testing.assert_close(leaf.grad[pos[i]], pg_leaf_grad[pos[i]], rtol=0, atol=0)
+    for i in (0, 2):  # gated on: PG + beta * d k3 / d student
+        kl_grad = ref_leaf.grad[pos[i]]  # beta * d k3_kl / d student, from the float64 reference
+        assert kl_grad.abs().max() > 0
+        torch.testing.assert_close(leaf.grad[pos[i]], pg_leaf_grad[pos[i]] + kl_grad)
+
+
+def test_absent_gate_key_means_kl_on_for_all():
+    data, model_output, leaf, teacher, pos = build_microbatch([2, 3], [3, 2])
+    actor, dist = _configs()
+    per_token, metrics = compute_mopd_k3(actor, dist, model_output, data)
+    want = torch.stack([torch.nn.functional.pad(k3_kl(leaf[p], teacher[p]), (0, 3 - len(p))) for p in pos])
+    torch.testing.assert_close(per_token * data["response_mask"].to_padded_tensor(0), want)
+    assert metrics["mopd/kl_mask_on_fraction"].values[0] == 1.0
+
+
+def test_micro_batch_split_invariance_fsdp_and_megatron_conventions():
+    """Loss with the global token count: micro-batch losses add up to the mini-batch loss.
+
+    FSDP backpropagates each micro-batch loss as is; Megatron multiplies it by num_micro_batch
+    and its pipeline schedule divides by the same number: both accumulate the same gradient.
+    """
+    prompt_lens, resp_lens, gate = [3, 5, 2, 4, 2, 3], [4, 2, 6, 3, 5, 1], [1, 0, 1, 1, 0, 1]
+    actor, dist = _configs()
+    full, out, leaf, *_ = build_microbatch(prompt_lens, resp_lens, kl_mask=gate, seed=7)
+    full_loss, _ = distillation_ppo_loss(actor, dist, model_output=out, data=full)
+    full_loss.backward()
+    n_tokens = sum(resp_lens)
+    # exact invariance on identical tensors: split the full micro-batch along the batch dim
+    parts = [[0, 3, 5], [1, 2, 4]]
+    n_micro = len(parts)
+    seq = [p + r for p, r in zip(prompt_lens, resp_lens)]
+    offs = np.concatenate([[0], np.cumsum(seq)])
+    fsdp_total, megatron_total = 0.0, 0.0
+    fsdp_grad = torch.zeros_like(leaf)
+    for part in parts:
+        sub = tu.index_select_tensor_dict(full, part)  # how verl cuts micro-batches
+        tu.assign_non_tensor(sub, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=len(prompt_lens))
+        flat = leaf.detach().clone().requires_grad_(True)
+        rows = torch.cat([torch.arange(offs[i], offs[i + 1]) for i in part])
+        sub_out = {"log_probs": torch.nested.nested_tensor_from_jagged(
+            flat[rows], torch.tensor([0] + [seq[i] for i in part]).cumsum(0))}
+        loss, _ = distillation_ppo_loss(actor, dist, model_output=sub_out, data=sub)
+        (loss * n_micro / n_micro).backward()  # megatron: x num_micro_batch, the schedule divides
+        fsdp_total += loss.item()
+        megatron_total += (loss * n_micro).item() / n_micro
+        fsdp_grad += flat.grad
+    assert fsdp_total == pytest.approx(full_loss.item(), rel=1e-12)
+    assert megatron_total == pytest.approx(full_loss.item(), rel=1e-12)
+    torch.testing.assert_close(fsdp_grad, leaf.grad)
+
+
+# ------------------------------------------------------------ driver-side gate writer
+
+
+def _store_step(tq, n_groups=3, n=4, *, with_extras=True, seed=0):
+    rng = np.random.default_rng(seed)
+    keys, rows = [], []
+    for gidx in range(n_groups):
+        for j in range(n):
+            keys.append(f"uid{gidx}_{j}_0")
+            r = int(rng.integers(2, 7))
+            acc = float(gidx == 2 or (gidx == 1 and j == 0))  # group means: 0, 0.25, 1
+            resp = torch.randint(3, 50, (r,))
+            resp[0] = 99  # a </think> at position 0 in every response
+            rows.append(
+                {
+                    "uid": f"uid{gidx}",
+                    "response_mask": torch.ones(r, dtype=torch.int64),
+                    "responses": resp,
+                    "rm_scores": torch.nn.functional.pad(torch.tensor([1.0 if acc else -0.5]), (r - 1, 0)),
+                    "platform": "mobile" if gidx == 0 else "desktop",
+                    "extra_fields": {"reward_extra_info": {"acc": acc, "score": 1.0 if acc else -0.5}},
+                }
+            )
+    td = TensorDict(
+        {
+            name: (
+                torch.nested.as_nested_tensor([r[name] for r in rows], layout=torch.jagged)
+                if isinstance(rows[0][name], torch.Tensor)
+                else NonTensorStack(*[r[name] for r in rows])
+            )
+            for name in rows[0]
+        },
+        batch_size=len(rows),
+    )
+    return tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=[{"status": "success"}] * len(keys))
+
+
+def test_write_kl_gate_with_an_in_memory_transfer_queue():
+    tq = InMemoryTQ()
+    batch = _store_step(tq)
+    metrics = write_kl_gate(batch, MOPDGateConfig(tau_kl=0.1, gate_metric="acc"), tq=tq)
+    stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
+    assert stored["mopd_kl_mask"].tolist() == [1.0] * 4 + [0.0] * 8  # means 0 | 0.25 | 1 vs tau 0.1
+    assert tq.calls == ["kv_batch_put", "kv_batch_get", "kv_batch_put", "kv_batch_get"]
+    assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 12)
+    assert metrics["mopd/kl_mask_on_fraction/mobile"] == 1.0
+    assert metrics["mopd/kl_mask_on_fraction/desktop"] == 0.0
+
+    # the task score as gate metric: group means -0.5 | -0.125 | 1.0 vs tau 0.0
+    write_kl_gate(batch, MOPDGateConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)
+    stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
+    assert stored["mopd_kl_mask"].tolist() == [1.0] * 8 + [0.0] * 4
+
+
+def test_gate_kept_normalization_skip_thought_and_padding():
+    tq = InMemoryTQ()
+    batch = _store_step(tq, seed=3)
+    data = tq.kv_batch_get(
+        keys=batch.keys, partition_id="train",
+        select_fields=["uid", "response_mask", "responses", "extra_fields", "platform"],
+    )
+    cfg = MOPDGateConfig(tau_kl=0.1, normalization="kept", kl_skip_thought=True)
+    fields, _ = compute_kl_gate(cfg, data, think_end_token_id=99)
+    lens = data["response_mask"].offsets().diff()
+    assert fields["mopd_kl_start"].tolist() == [1] * 12
+    kept_tokens = (lens[:4] - 1).sum().item()
+    w = lens.sum().item() / kept_tokens
+    torch.testing.assert_close(fields["mopd_kl_mask"], torch.tensor([w] * 4 + [0.0] * 8))
+    with pytest.raises(ValueError, match="think_end_token"):
+        compute_kl_gate(cfg, data)
+
+    # verl's batch padding: a padding copy of a group-0 sample must not enter group means
+    data2 = tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                            select_fields=["uid", "response_mask", "extra_fields"])
+    is_padding = [False] * 11 + [True]
+    fields, metrics = compute_kl_gate(MOPDGateConfig(tau_kl=0.1), data2, is_padding=is_padding)
+    assert fields["mopd_kl_mask"][-1] == 0.0
+    assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 11)
+
+
+def test_gate_errors_name_the_field():
+    tq = InMemoryTQ()
+    batch = _store_step(tq)
+    with pytest.raises(KeyError, match="mopd.gate_metric='format_ok'"):
+        write_kl_gate(batch, MOPDGateConfig(gate_metric="format_ok"), tq=tq)
+    with pytest.raises(ValueError, match="mopd.normalization='tokens'"):
+        MOPDGateConfig(normalization="tokens")

@@ -1,0 +1,1 @@
+"""Driver-side integration with verl's v1 trainer (TransferQueue-backed)."""

@@ -1,0 +1,169 @@
+"""Driver side of the reward gate: compute ``mopd_kl_mask`` for a step and store it per sample.
+
+Runs once per step on the driver, after rewards are in and before the actor update, over the
+whole step batch (GRPO groups are whole only there: the workers shuffle and split micro-batches).
+verl 0.9.1's v1 trainer keeps samples in TransferQueue; every stored field reaches the loss
+micro-batch, so writing ``mopd_kl_mask`` with ``tq.kv_batch_put`` is all the loss needs.
+
+How gated-off samples count in the token-mean (``mopd.normalization``):
+
+- ``all`` (default): as zeros. The denominator is every response token of the mini-batch, which is
+  what verl's engines already all-reduce (``batch_num_tokens``), so this is exact under any
+  data/sequence parallelism and micro-batching. The public UI-MOPD release approximates the same
+  thing per micro-batch (kept-token mean times the kept row fraction).
+- ``kept``: excluded. The kept samples' weight becomes ``N_tokens / N_kept_tokens`` of the step
+  batch, which turns verl's all-token denominator into a kept-token one. Exact when the step is one
+  mini-batch (``ppo_mini_batch_size == train_batch_size``, as in the UI-MOPD run); with several
+  mini-batches each uses the step's kept fraction instead of its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from verl_mopd.config import MOPDGateConfig
+from verl_mopd.losses import KL_MASK_KEY, KL_START_KEY, reward_gate, thought_end_index
+
+REWARD_EXTRAS_FIELD = "extra_fields"  # v1 agent loop: extra_fields[i]["reward_extra_info"][name]
+
+
+def _as_list(values: Any) -> list:
+    if isinstance(values, torch.Tensor):
+        return values.tolist()
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _padded(values: torch.Tensor, padding=0) -> torch.Tensor:
+    return values.to_padded_tensor(padding) if values.is_nested else values
+
+
+def _gate_metric(cfg: MOPDGateConfig, data: TensorDict) -> torch.Tensor:
+    name = cfg.gate_metric
+    if name == "rm_scores":
+        return _padded(data["rm_scores"], 0.0).float().reshape(len(data), -1).sum(-1)
+    if name in data.keys():
+        return torch.as_tensor([float(v) for v in _as_list(data[name])], dtype=torch.float32)
+    extras = _as_list(data[REWARD_EXTRAS_FIELD])
+    values = []
+    for i, extra in enumerate(extras):
+        info = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
+        if name not in info:
+            raise KeyError(
+                f"mopd.gate_metric={name!r} is not in sample {i}'s reward extras "
+                f"(extra_fields.reward_extra_info keys: {sorted(info)}); use 'rm_scores' or a key that "
+                "the reward function returns (verl_mopd.rewards.compute_score returns 'acc')"
+            )
+        values.append(float(info[name]))
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def compute_kl_gate(
+    cfg: MOPDGateConfig,
+    data: TensorDict,
+    *,
+    is_padding: list[bool] | None = None,
+    think_end_token_id: int | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """Per-sample gate fields for one step batch (pure; no TransferQueue).
+
+    Args:
+        cfg: the ``mopd`` gate block.
+        data: (bs,) TensorDict with the group field (``uid``), ``response_mask`` (bs, response_len;
+            padded or nested), the gate metric (``rm_scores`` or a reward extra), optionally the
+            platform field, and ``responses`` when ``kl_skip_thought``.
+        is_padding: per-sample flags of verl's batch padding; padding rows never enter a group mean
+            and get weight 0.
+        think_end_token_id: id of ``cfg.think_end_token``; required with ``kl_skip_thought``.
+
+    Returns:
+        ``(fields, metrics)``: ``fields[mopd_kl_mask]`` (bs,) float32 (gate times the normalization
+        weight), ``fields[mopd_kl_start]`` (bs,) int64 with ``kl_skip_thought``; ``metrics`` with
+        ``mopd/kl_mask_on_fraction`` (and ``/<platform>``), ``mopd/gate_metric_mean``.
+    """
+    n = len(data)
+    real = torch.ones(n, dtype=torch.bool) if is_padding is None else ~torch.as_tensor(is_padding, dtype=torch.bool)
+    scores = _gate_metric(cfg, data)
+    groups = _as_list(data[cfg.group_key])
+    gate = torch.zeros(n)
+    idx = real.nonzero().squeeze(-1)
+    if len(idx):
+        gate[idx] = reward_gate(scores[idx], [groups[i] for i in idx.tolist()], cfg.tau_kl)
+
+    fields: dict[str, torch.Tensor] = {}
+    response_mask = _padded(data["response_mask"], 0).reshape(n, -1).bool()
+    window = response_mask
+    if cfg.kl_skip_thought:
+        if think_end_token_id is None:
+            raise ValueError("mopd.kl_skip_thought=true needs the id of mopd.think_end_token in the tokenizer")
+        responses = _padded(data["responses"], 0).reshape(n, -1)
+        start = thought_end_index(responses, response_mask, think_end_token_id)
+        fields[KL_START_KEY] = start
+        window = response_mask & (torch.arange(response_mask.shape[-1]) >= start.unsqueeze(-1))
+
+    weight = gate.clone()
+    if cfg.normalization == "kept":
+        tokens = (response_mask.sum(-1) * real).sum().float()
+        kept = (window.sum(-1) * gate).sum().float()
+        weight = gate * (tokens / kept) if kept > 0 else torch.zeros(n)
+    fields[KL_MASK_KEY] = weight.float()
+
+    metrics = {
+        "mopd/kl_mask_on_fraction": gate[real].mean().item() if real.any() else 1.0,
+        "mopd/gate_metric_mean": scores[real].mean().item() if real.any() else 0.0,
+    }
+    if cfg.platform_key and cfg.platform_key in data.keys():
+        by_platform: dict[str, list[float]] = defaultdict(list)
+        for platform, g, r in zip(_as_list(data[cfg.platform_key]), gate.tolist(), real.tolist(), strict=True):
+            if r:
+                by_platform[str(platform)].append(g)
+        for platform, gs in sorted(by_platform.items()):
+            metrics[f"mopd/kl_mask_on_fraction/{platform}"] = sum(gs) / len(gs)
+    return fields, metrics
+
+
+def write_kl_gate(
+    batch,
+    cfg: MOPDGateConfig,
+    *,
+    tq=None,
+    think_end_token_id: int | None = None,
+) -> dict[str, float]:
+    """Compute the gate for a step's samples in TransferQueue and store ``mopd_kl_mask``.
+
+    Args:
+        batch: verl's ``KVBatchMeta`` of the step (``keys``, ``tags``, ``partition_id``, ``fields``).
+        cfg: the ``mopd`` gate block.
+        tq: the TransferQueue client module (default: ``import transfer_queue``); anything with its
+            ``kv_batch_get`` / ``kv_batch_put`` calls.
+        think_end_token_id: see :func:`compute_kl_gate`.
+
+    Returns:
+        the gate metrics, for verl's tracking.
+    """
+    if tq is None:
+        import transfer_queue as tq
+    if not cfg.enable:
+        return {}
+    stored = set(batch.fields) if getattr(batch, "fields", None) else None
+    fields = [cfg.group_key, "response_mask"]
+    if cfg.gate_metric == "rm_scores" or (stored is not None and cfg.gate_metric in stored):
+        fields.append(cfg.gate_metric)
+    else:
+        fields.append(REWARD_EXTRAS_FIELD)
+    if cfg.platform_key and (stored is None or cfg.platform_key in stored):
+        fields.append(cfg.platform_key)
+    if cfg.kl_skip_thought:
+        fields.append("responses")
+    if stored is not None:
+        missing = [f for f in fields if f not in stored]
+        if missing:
+            raise KeyError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(stored)}")
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags] if batch.tags else None
+    out, metrics = compute_kl_gate(cfg, data, is_padding=is_padding, think_end_token_id=think_end_token_id)
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch.keys)))
+    return metrics
