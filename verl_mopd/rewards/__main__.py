@@ -1,0 +1,5 @@
+import sys
+
+from verl_mopd.rewards.cli import main
+
+sys.exit(main())
