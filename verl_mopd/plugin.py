@@ -11,10 +11,14 @@ MOPD_LOSS_MODE = "mopd_k3"
 
 
 def register() -> None:
-    """Register distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.compute_mopd_k3`).
+    """Register verl-mopd into verl's registries.
 
-    Reuses verl's ``register_distillation_loss`` with ``use_estimator=True`` (one log-prob per
-    sampled token), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in any verl run.
+    - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.compute_mopd_k3`), through
+      verl's ``register_distillation_loss`` with ``use_estimator=True`` (one log-prob per sampled
+      token), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in any verl run;
+    - the v1 trainers ``mopd_sync`` / ``mopd_separate_async`` / ``mopd_colocate_async``
+      (``trainer.v1.trainer_mode``), through verl's ``register_trainer`` (importing
+      ``verl_mopd.trainer.mopd_trainer`` does it; verl's TaskRunner looks them up by name).
     """
     from verl.trainer.distillation.losses import (
         DISTILLATION_LOSS_REGISTRY,
@@ -25,14 +29,16 @@ def register() -> None:
     from verl_mopd.losses import compute_mopd_k3
 
     registered = DISTILLATION_LOSS_REGISTRY.get(MOPD_LOSS_MODE)
-    if registered is compute_mopd_k3:
-        return
-    if registered is not None:
+    if registered is not None and registered is not compute_mopd_k3:
         raise RuntimeError(
             f"distillation loss mode {MOPD_LOSS_MODE!r} is already registered by "
             f"{registered.__module__}.{registered.__qualname__}, not by verl_mopd"
         )
-    register_distillation_loss(DistillationLossSettings(names=[MOPD_LOSS_MODE], use_estimator=True))(compute_mopd_k3)
+    if registered is None:
+        register_distillation_loss(DistillationLossSettings(names=[MOPD_LOSS_MODE], use_estimator=True))(
+            compute_mopd_k3
+        )
+    import verl_mopd.trainer.mopd_trainer  # noqa: F401  (register_trainer on import)
 
 
 def is_registered() -> bool:

@@ -2,7 +2,7 @@
 
 Samples are stored per key; ``kv_batch_get`` returns a TensorDict as TransferQueue does: per-sample
 tensors of varying length as jagged nested tensors, equal-shaped ones stacked, anything else
-(strings, dicts) as a non-tensor stack.
+(strings, dicts) as a non-tensor stack; requested fields that a sample lacks are skipped.
 """
 
 import torch
@@ -45,9 +45,8 @@ class InMemoryTQ:
         names = select_fields if select_fields is not None else [f for f in rows[0] if f != "__tags__"]
         out = {}
         for name in names:
-            missing = [k for k, r in zip(keys, rows) if name not in r]
-            if missing:
-                raise ValueError(f"field {name!r} missing for keys {missing[:3]}")
+            if any(name not in r for r in rows):
+                continue  # as TransferQueue does: a field a sample lacks is not returned
             values = [r[name] for r in rows]
             if all(isinstance(v, torch.Tensor) for v in values):
                 if len({tuple(v.shape) for v in values}) == 1:

@@ -47,6 +47,11 @@ def _gate_metric(cfg: MOPDGateConfig, data: TensorDict) -> torch.Tensor:
         return _padded(data["rm_scores"], 0.0).float().reshape(len(data), -1).sum(-1)
     if name in data.keys():
         return torch.as_tensor([float(v) for v in _as_list(data[name])], dtype=torch.float32)
+    if REWARD_EXTRAS_FIELD not in data.keys():
+        raise KeyError(
+            f"mopd.gate_metric={name!r} is neither a stored field nor in extra_fields (the samples have "
+            f"{sorted(data.keys())}); use 'rm_scores' or a key the reward function returns"
+        )
     extras = _as_list(data[REWARD_EXTRAS_FIELD])
     values = []
     for i, extra in enumerate(extras):
@@ -148,21 +153,19 @@ def write_kl_gate(
         import transfer_queue as tq
     if not cfg.enable:
         return {}
-    stored = set(batch.fields) if getattr(batch, "fields", None) else None
-    fields = [cfg.group_key, "response_mask"]
-    if cfg.gate_metric == "rm_scores" or (stored is not None and cfg.gate_metric in stored):
-        fields.append(cfg.gate_metric)
-    else:
-        fields.append(REWARD_EXTRAS_FIELD)
-    if cfg.platform_key and (stored is None or cfg.platform_key in stored):
+    # TransferQueue skips requested fields a sample does not have, so ask for every candidate
+    fields = [cfg.group_key, "response_mask", cfg.gate_metric]
+    if cfg.gate_metric != "rm_scores":
+        fields.append(REWARD_EXTRAS_FIELD)  # where the v1 agent loop keeps reward extras
+    if cfg.platform_key:
         fields.append(cfg.platform_key)
     if cfg.kl_skip_thought:
         fields.append("responses")
-    if stored is not None:
-        missing = [f for f in fields if f not in stored]
-        if missing:
-            raise KeyError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(stored)}")
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    required = [cfg.group_key, "response_mask"] + (["responses"] if cfg.kl_skip_thought else [])
+    missing = [f for f in required if f not in data.keys()]
+    if missing:
+        raise KeyError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(data.keys())}")
     is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags] if batch.tags else None
     out, metrics = compute_kl_gate(cfg, data, is_padding=is_padding, think_end_token_id=think_end_token_id)
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch.keys)))

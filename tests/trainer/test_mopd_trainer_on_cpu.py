@@ -1,0 +1,114 @@
+"""The MOPD v1 trainer hooks against verl's real trainer classes (TransferQueue in memory)."""
+
+import dataclasses
+import os
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from tensordict import NonTensorStack, TensorDict
+
+import verl_mopd
+from _tq_memory import InMemoryTQ
+from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base
+from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
+from verl_mopd.trainer import mopd_trainer
+
+CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
+TINY = [
+    "actor_rollout_ref.model.path=/tmp/not-loaded",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.rollout.n=4",
+    "algorithm.adv_estimator=grpo",
+]
+
+
+def compose_mopd(overrides=()):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="mopd", overrides=[*TINY, *overrides])
+
+
+def test_yaml_defaults_equal_the_dataclass_defaults():
+    cfg = compose_mopd()
+    mopd = OmegaConf.to_container(cfg.mopd, resolve=True)
+    for f in dataclasses.fields(MOPDGateConfig):
+        if not f.name.startswith("_"):
+            assert mopd[f.name] == f.default, f.name
+    loss = OmegaConf.to_container(cfg.distillation.distillation_loss, resolve=True)
+    for name in ("loss_mode", "use_policy_gradient", "loss_max_clamp", "log_prob_min_clamp",
+                 "k3_linear_above", "k3_clamp_below", "use_rollout_is_weights"):
+        assert loss[name] == MOPDDistillationLossConfig.__dataclass_fields__[name].default, name
+    assert loss["distillation_loss_coef"] == mopd["beta"] == 0.01
+
+
+def test_trainers_are_registered_by_name():
+    for name in mopd_trainer.MOPD_TRAINER_MODES:
+        assert issubclass(get_trainer_cls(name), mopd_trainer.MOPDTrainerMixin)
+
+
+def test_trainer_keeps_verl_mode_semantics_and_rejects_unknown_mode():
+    cfg = compose_mopd()
+    trainer = mopd_trainer.MOPDTrainerSync(cfg)
+    assert trainer.trainer_mode == "sync" and trainer.mopd_trainer_mode == "mopd_sync"
+    assert type(trainer.replay_buffer).__name__ == "ReplayBuffer"
+    with pytest.raises(ValueError, match="trainer.v1.trainer_mode='sync'"):
+        mopd_trainer.MOPDTrainerSync(compose_mopd(["trainer.v1.trainer_mode=sync"]))
+
+
+def _store_step(tq, n_groups=3, n=4):
+    keys, rows = [], []
+    for g in range(n_groups):
+        for j in range(n):
+            r = 3 + (g + j) % 3
+            acc = float(g == 2 or (g == 1 and j == 0))  # group means 0, 0.25, 1
+            keys.append(f"uid{g}_{j}_0")
+            rows.append({
+                "uid": f"uid{g}",
+                "response_mask": torch.ones(r, dtype=torch.int64),
+                "rm_scores": torch.nn.functional.pad(torch.tensor([1.0 if acc else -0.5]), (r - 1, 0)),
+                "old_log_probs": -torch.rand(r),
+                "platform": "mobile" if g == 0 else "desktop",
+                "extra_fields": {"reward_extra_info": {"acc": acc}},
+            })
+    td = TensorDict(
+        {k: (torch.nested.as_nested_tensor([r[k] for r in rows], layout=torch.jagged)
+             if isinstance(rows[0][k], torch.Tensor) else NonTensorStack(*[r[k] for r in rows]))
+         for k in rows[0]},
+        batch_size=len(rows),
+    )
+    return tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=[{"status": "success"}] * len(keys))
+
+
+def test_compute_advantage_hook_writes_the_gate_then_runs_verl_grpo(monkeypatch):
+    tq = InMemoryTQ()
+    monkeypatch.setattr(trainer_base, "tq", tq)  # the client verl's trainer code calls
+    trainer = mopd_trainer.MOPDTrainerSync(compose_mopd())
+    batch = _store_step(tq)
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    out = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask", "advantages"])
+    assert out["mopd_kl_mask"].tolist() == [1.0] * 4 + [0.0] * 8
+    assert metrics["mopd/kl_mask_on_fraction/mobile"] == 1.0
+    # verl's GRPO ran on the same samples: group 1 has one success -> non-zero advantages
+    adv = out["advantages"].to_padded_tensor(0.0)
+    assert adv[4:8].abs().sum() > 0 and adv[0:4].abs().sum() == 0  # all-equal group -> 0
+
+
+def test_registration_check_fails_loudly(monkeypatch):
+    trainer = mopd_trainer.MOPDTrainerSync(compose_mopd())
+    monkeypatch.setattr(mopd_trainer, "_node_registration_report", lambda: [("node-a", True), ("node-b", False)])
+    with pytest.raises(RuntimeError, match=r"not registered on Ray node\(s\) \['node-b'\]"):
+        trainer.on_init_end()
+
+
+def test_distillation_loss_fn_for_worker_backend_teachers():
+    from verl.trainer.distillation.losses import distillation_ppo_loss
+
+    fn = mopd_trainer.distillation_loss_fn(compose_mopd())
+    assert fn.func is distillation_ppo_loss
+    assert fn.keywords["distillation_config"].distillation_loss.loss_mode == "mopd_k3"
+    assert fn.keywords["distillation_config"].distillation_loss.distillation_loss_coef == 0.01
+    import cloudpickle
+
+    assert cloudpickle.loads(cloudpickle.dumps(fn)).func is distillation_ppo_loss  # set_loss_fn ships it

@@ -1,0 +1,166 @@
+"""verl 0.9.1 v1 trainers with the MOPD hooks: reward gate, worker-backend teachers, metrics.
+
+Thin subclasses of verl's own ``PPOTrainerSync`` / ``PPOTrainerSeparateAsync`` /
+``PPOTrainerColocateAsync``, registered with verl's ``register_trainer`` as ``mopd_sync``,
+``mopd_separate_async`` and ``mopd_colocate_async`` and selected with
+``trainer.v1.trainer_mode``. Everything else (rollout, rewards, GRPO, the actor update) is verl's.
+
+What the hooks add, per ``_step_once`` batch (whole GRPO groups, on the driver):
+
+1. ``_compute_advantage``: after rewards and ``old_log_probs`` are stored and before the actor
+   update, write ``mopd_kl_mask`` (``verl_mopd.trainer.gate``); with worker-backend teachers,
+   score the samples whose KL is on with their platform's teacher and store ``teacher_logprobs``;
+   then verl's own advantage computation.
+2. ``on_init_end``: check that ``mopd_k3`` is registered in the driver and on every Ray node
+   (verl hides plugin import failures); with worker-backend teachers, build the teacher group and
+   give the actor verl's ``distillation_ppo_loss`` with our loss config through ``set_loss_fn``
+   (``distillation.enabled`` stays false there, so verl starts no teacher servers).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from verl_mopd.config import MOPDGateConfig
+from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
+from verl_mopd.trainer.gate import write_kl_gate
+
+logger = logging.getLogger(__name__)
+
+#: our trainer_mode -> the verl trainer_mode whose semantics it keeps
+MOPD_TRAINER_MODES = {
+    "mopd_sync": "sync",
+    "mopd_separate_async": "separate_async",
+    "mopd_colocate_async": "colocate_async",
+}
+
+
+def gate_config_from(config: DictConfig) -> MOPDGateConfig:
+    """The ``mopd`` gate keys of the run config as :class:`MOPDGateConfig` (other keys ignored)."""
+    block = config.get("mopd", None) or {}
+    block = OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
+    fields = MOPDGateConfig.__dataclass_fields__
+    return MOPDGateConfig(**{k: v for k, v in block.items() if k in fields and not k.startswith("_")})
+
+
+def _node_registration_report() -> list[tuple[str, bool]]:
+    """Run ``import verl`` on every alive Ray node and report whether ``mopd_k3`` got registered."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def probe():
+        import socket
+
+        import verl  # noqa: F401  (loads the verl.plugins entry points, as every verl worker does)
+        from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
+
+        return socket.gethostname(), MOPD_LOSS_MODE in DISTILLATION_LOSS_REGISTRY
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n["NodeID"], soft=False)).remote()
+        for n in nodes
+    ]
+    return ray.get(refs)
+
+
+class MOPDTrainerMixin:
+    """The MOPD hooks; combined with one of verl's v1 trainers below."""
+
+    def __init__(self, config: DictConfig):
+        requested = config.trainer.v1.trainer_mode
+        if requested not in MOPD_TRAINER_MODES:
+            raise ValueError(
+                f"trainer.v1.trainer_mode={requested!r}: the MOPD trainers are {sorted(MOPD_TRAINER_MODES)}"
+            )
+        # verl's base trainer branches on trainer_mode ("sync" vs async); it selected this class by
+        # name already, so from here on the run has verl's mode semantics.
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = MOPD_TRAINER_MODES[requested]
+        self.mopd_trainer_mode = requested
+        self.mopd_gate = gate_config_from(config)
+        self.teacher_group = None
+        self._think_end_token_id: int | None = None
+        super().__init__(config)
+
+    # -- start-up checks ---------------------------------------------------------------------
+    def on_init_end(self):
+        require_registered("the trainer driver")
+        report = _node_registration_report()
+        missing = [host for host, ok in report if not ok]
+        if missing:
+            raise RuntimeError(
+                f"loss_mode={MOPD_LOSS_MODE} is not registered on Ray node(s) {missing}: install verl-mopd "
+                "in the environment of every node (the verl.plugins entry point registers it in each worker)"
+            )
+        super().on_init_end()
+
+    # -- per step ---------------------------------------------------------------------------
+    def _think_end_id(self) -> int | None:
+        if not self.mopd_gate.kl_skip_thought:
+            return None
+        if self._think_end_token_id is None:
+            token = self.mopd_gate.think_end_token
+            token_id = self.tokenizer.convert_tokens_to_ids(token)
+            if token_id is None or token_id == getattr(self.tokenizer, "unk_token_id", None):
+                raise ValueError(f"mopd.think_end_token={token!r} is not a single token of the student's tokenizer")
+            self._think_end_token_id = int(token_id)
+        return self._think_end_token_id
+
+    def _compute_advantage(self, batch, metrics: dict[str, Any]):
+        from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
+
+        metrics.update(
+            write_kl_gate(batch, self.mopd_gate, tq=trainer_base.tq, think_end_token_id=self._think_end_id())
+        )
+        if self.teacher_group is not None:
+            metrics.update(self.teacher_group.score_step(batch))
+        return super()._compute_advantage(batch, metrics)
+
+
+@register_trainer("mopd_sync")
+class MOPDTrainerSync(MOPDTrainerMixin, PPOTrainerSync):
+    """verl's synchronous v1 trainer with the MOPD hooks."""
+
+
+@register_trainer("mopd_separate_async")
+class MOPDTrainerSeparateAsync(MOPDTrainerMixin, PPOTrainerSeparateAsync):
+    """verl's separate-async v1 trainer with the MOPD hooks."""
+
+
+@register_trainer("mopd_colocate_async")
+class MOPDTrainerColocateAsync(MOPDTrainerMixin, PPOTrainerColocateAsync):
+    """verl's colocate-async v1 trainer with the MOPD hooks."""
+
+
+def distillation_loss_fn(config: DictConfig):
+    """verl's ``distillation_ppo_loss`` bound to the run's actor and distillation configs.
+
+    What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
+    the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
+    false, so verl starts no teacher servers). Picklable: a partial of verl's function.
+    """
+    from verl.trainer.distillation.losses import distillation_ppo_loss
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import DistillationLossConfig
+
+    actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    loss_config = omega_conf_to_dataclass(config.distillation.distillation_loss)
+    if not isinstance(loss_config, DistillationLossConfig) or loss_config.loss_mode != MOPD_LOSS_MODE:
+        raise ValueError(
+            f"worker-backend teachers need distillation.distillation_loss.loss_mode={MOPD_LOSS_MODE}, got "
+            f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
+        )
+    from verl.workers.config import DistillationConfig
+
+    distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
+    return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
