@@ -21,6 +21,14 @@ setup(
         "verl>=0.9.1,<0.10",
         # verl 0.9.1's default (v1) trainer stores samples in TransferQueue (verl's verl-core extra)
         "TransferQueue>=0.1.10,<0.2",
+        # imported by verl's v1 trainer / replay buffer (part of verl's verl-core extra)
+        "cachetools",
+        "fastapi",
+        "uvicorn",
+        "datasets",
+        "pillow",
+        "tqdm",
+        "pyarrow>=19",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "numpy>=2.0",
     ],

@@ -1,0 +1,320 @@
+"""The ``mopd.teachers`` block and the checks that run before any teacher model is loaded.
+
+One entry per platform (the platform tag is the key)::
+
+    mopd:
+      routing_key: platform           # top-level dataset column
+      teachers:
+        desktop: {model_path: /ckpt/desktop_sft, backend: megatron, n_gpus_per_node: 8, nnodes: 1,
+                  tensor_model_parallel_size: 8, placement: colocated}
+        mobile:  {model_path: /ckpt/mobile_sft,  backend: megatron, n_gpus_per_node: 8, nnodes: 1,
+                  tensor_model_parallel_size: 8, placement: colocated}
+
+Dataclasses follow verl's ``BaseConfig`` (``verl/base_config.py``) and are built from OmegaConf
+with ``verl.utils.config.omega_conf_to_dataclass``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.base_config import BaseConfig
+
+__all__ = [
+    "BACKENDS",
+    "PLACEMENTS",
+    "DTYPES",
+    "TeacherConfig",
+    "TeachersConfig",
+    "TeacherConfigError",
+    "validate_platforms",
+    "validate_temperature",
+    "validate_tokenizers",
+    "validate_pools",
+    "validate_before_load",
+]
+
+BACKENDS = ("hf", "megatron", "server")
+PLACEMENTS = ("dedicated", "colocated")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class TeacherConfigError(ValueError):
+    """Every problem found in the teachers config, one line each (key, value, what to do)."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("invalid mopd.teachers config:\n  - " + "\n  - ".join(self.errors))
+
+
+def _raise_if(errors: list[str]) -> None:
+    if errors:
+        raise TeacherConfigError(errors)
+
+
+@dataclass
+class TeacherConfig(BaseConfig):
+    """One platform's teacher (``mopd.teachers.<platform>``).
+
+    model_path (str): HF checkpoint directory (or hub id) of the teacher.
+    backend (str): ``hf`` (transformers forward in a verl worker, CPU or GPU), ``megatron``
+        (forward-only on verl's Megatron engine, GPU), ``server`` (verl's built-in inference-server
+        teacher loop, ``distillation.teacher_models``).
+    n_gpus_per_node (int): devices per node of this teacher's pool (``hf`` on CPU: processes).
+    nnodes (int): nodes of this teacher's pool.
+    tensor_model_parallel_size / pipeline_model_parallel_size (int): Megatron / inference-engine
+        TP and PP; the data-parallel size is ``world_size / (tp * pp)``.
+    placement (str): ``dedicated``: an own resource pool, teachers run concurrently; ``colocated``:
+        shares the actor's pool with parameter offload between calls, teachers run one after another.
+    micro_batch_tokens (int): token budget of one teacher forward micro-batch (``hf``/``megatron``).
+    dtype (str): teacher parameter dtype.
+    device (str): ``hf`` only: ``cpu`` or ``cuda``.
+    trust_remote_code (bool): passed to ``from_pretrained``.
+    inference (dict): ``server`` only: verl ``RolloutConfig`` fields for the teacher engine
+        (``name: sglang|vllm``, ``gpu_memory_utilization``, ...); TP/PP come from the keys above.
+    """
+
+    model_path: str = ""
+    backend: str = "hf"
+    n_gpus_per_node: int = 1
+    nnodes: int = 1
+    tensor_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = 1
+    placement: str = "dedicated"
+    micro_batch_tokens: int = 16384
+    dtype: str = "bfloat16"
+    device: str = "cuda"
+    trust_remote_code: bool = False
+    inference: dict = field(default_factory=dict)
+    # the platform this entry serves; filled from the block key by ``TeachersConfig``
+    platform: str = ""
+
+    def __post_init__(self):
+        where = f"mopd.teachers.{self.platform or '<platform>'}"
+        errors = []
+        if not isinstance(self.model_path, str) or not self.model_path:
+            errors.append(f"{where}.model_path={self.model_path!r}: must be a checkpoint path or hub id")
+        if self.backend not in BACKENDS:
+            errors.append(f"{where}.backend={self.backend!r}: allowed values are {list(BACKENDS)}")
+        if self.placement not in PLACEMENTS:
+            errors.append(f"{where}.placement={self.placement!r}: allowed values are {list(PLACEMENTS)}")
+        if self.dtype not in DTYPES:
+            errors.append(f"{where}.dtype={self.dtype!r}: allowed values are {list(DTYPES)}")
+        for key in ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                    "micro_batch_tokens"):
+            val = getattr(self, key)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                errors.append(f"{where}.{key}={val!r}: must be an integer >= 1")
+        if not errors:
+            mp = self.tensor_model_parallel_size * self.pipeline_model_parallel_size
+            if self.world_size % mp:
+                errors.append(
+                    f"{where}: world_size n_gpus_per_node*nnodes={self.world_size} is not divisible by "
+                    f"tensor_model_parallel_size*pipeline_model_parallel_size={mp}"
+                )
+        if self.backend == "hf":
+            if self.device not in ("cpu", "cuda"):
+                errors.append(f"{where}.device={self.device!r}: allowed values are ['cpu', 'cuda']")
+            if self.tensor_model_parallel_size != 1 or self.pipeline_model_parallel_size != 1:
+                errors.append(
+                    f"{where}: backend=hf is data-parallel only (tensor/pipeline_model_parallel_size must be 1); "
+                    "use backend=megatron for TP/PP"
+                )
+        if self.backend == "server":
+            if self.placement != "dedicated":
+                errors.append(
+                    f"{where}.placement={self.placement!r}: backend=server runs in verl's own distillation "
+                    "resource pool; only 'dedicated' is possible"
+                )
+        elif self.inference:
+            errors.append(f"{where}.inference is only read by backend=server (got backend={self.backend!r})")
+        _raise_if(errors)
+
+    @property
+    def world_size(self) -> int:
+        return self.n_gpus_per_node * self.nnodes
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.world_size // (self.tensor_model_parallel_size * self.pipeline_model_parallel_size)
+
+
+@dataclass
+class TeachersConfig(BaseConfig):
+    """All teachers: ``mopd.routing_key`` and ``mopd.teachers``.
+
+    routing_key (str): top-level dataset column with the platform tag (verl's ``teacher_key``).
+    teachers (dict[str, TeacherConfig]): one entry per platform.
+    skip_gated (bool): do not send samples with ``mopd_kl_mask == 0`` to any teacher.
+    mask_key (str): the per-sample gate field written by the reward gate.
+    output_key (str): the field the teacher log-probs are written to.
+    """
+
+    routing_key: str = "platform"
+    teachers: dict = field(default_factory=dict)
+    skip_gated: bool = True
+    mask_key: str = "mopd_kl_mask"
+    output_key: str = "teacher_logprobs"
+
+    def __post_init__(self):
+        errors = []
+        if not self.teachers:
+            errors.append("mopd.teachers is empty: configure one teacher per platform")
+        if not self.routing_key:
+            errors.append("mopd.routing_key is empty: name the dataset column with the platform tag")
+        built = {}
+        for platform, cfg in (self.teachers or {}).items():
+            try:
+                built[str(platform)] = _build_teacher(str(platform), cfg)
+            except TeacherConfigError as exc:
+                errors.extend(exc.errors)
+            except TypeError as exc:  # unknown key in the block
+                errors.append(f"mopd.teachers.{platform}: {exc}")
+        backends = {c.backend for c in built.values()}
+        if "server" in backends and len(backends) > 1:
+            errors.append(
+                f"mopd.teachers: backends {sorted(backends)} mixed; backend=server replaces the worker teachers "
+                "with verl's teacher loop, so either all teachers are 'server' or none"
+            )
+        _raise_if(errors)
+        object.__setattr__(self, "teachers", built)
+
+    @property
+    def platforms(self) -> list[str]:
+        return list(self.teachers)
+
+    @classmethod
+    def from_mapping(cls, block: Mapping[str, Any]) -> TeachersConfig:
+        """Build from a plain dict / OmegaConf ``mopd`` block (keys ``routing_key``, ``teachers``, ...)."""
+        try:
+            from omegaconf import DictConfig, OmegaConf
+
+            if isinstance(block, DictConfig):
+                block = OmegaConf.to_container(block, resolve=True)
+        except ImportError:  # pragma: no cover - omegaconf ships with verl
+            pass
+        allowed = {"routing_key", "teachers", "skip_gated", "mask_key", "output_key"}
+        extra = sorted(set(block) - allowed)
+        if extra:
+            raise TeacherConfigError([f"mopd: unknown key(s) {extra} for the teachers block; allowed {sorted(allowed)}"])
+        return cls(**dict(block))
+
+
+def _build_teacher(platform: str, cfg: Any) -> TeacherConfig:
+    if isinstance(cfg, TeacherConfig):
+        return cfg if cfg.platform == platform else TeacherConfig(**{**_fields(cfg), "platform": platform})
+    if not isinstance(cfg, Mapping):
+        raise TeacherConfigError([f"mopd.teachers.{platform}={cfg!r}: must be a mapping of teacher keys"])
+    cfg = {k: v for k, v in dict(cfg).items() if k != "_target_"}
+    return TeacherConfig(**{**cfg, "platform": platform})
+
+
+def _fields(cfg: TeacherConfig) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
+
+
+# ----------------------------------------------------------------------------------------------
+# up-front validation: each runs on the driver before any teacher model is loaded
+# ----------------------------------------------------------------------------------------------
+
+
+def validate_platforms(data_platforms: Iterable[str], teachers: Iterable[str], split_name: str = "train") -> list[str]:
+    """The platforms present in a data split must equal the configured teachers.
+
+    Returns the error lines (empty when they agree): a platform without a teacher would fail
+    mid-run; a teacher without data is a config mistake (wrong file or tag spelling).
+    """
+    data, conf = {str(p) for p in data_platforms}, {str(t) for t in teachers}
+    errors = []
+    if data - conf:
+        errors.append(
+            f"{split_name} data has platform(s) {sorted(data - conf)} with no teacher; configured: {sorted(conf)}"
+        )
+    if conf - data:
+        errors.append(
+            f"teacher(s) {sorted(conf - data)} have no samples in the {split_name} data (platforms there: {sorted(data)})"
+        )
+    return errors
+
+
+def validate_temperature(temperature: float) -> list[str]:
+    """``rollout.temperature`` must be 1.0: the student's log-probs are of the tempered
+    distribution, the teacher's are not, so K3 would compare different distributions."""
+    if float(temperature) != 1.0:
+        return [
+            f"actor_rollout_ref.rollout.temperature={temperature}: must be 1.0 for on-policy distillation "
+            "(the KL would compare a tempered student with an untempered teacher)"
+        ]
+    return []
+
+
+def _vocab(tok) -> dict[str, int]:
+    return dict(tok.get_vocab())
+
+
+def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any]) -> list[str]:
+    """Teachers score the student's token ids, so each teacher's token -> id map must equal the
+    student's (same tokens at the same ids, special tokens included)."""
+    errors = []
+    ref = _vocab(student_tokenizer)
+    for platform, tok in teacher_tokenizers.items():
+        other = _vocab(tok)
+        if other == ref:
+            continue
+        differ = sorted(t for t in set(ref) | set(other) if ref.get(t) != other.get(t))
+        errors.append(
+            f"mopd.teachers.{platform}: tokenizer vocabulary differs from the student's "
+            f"({len(differ)} token(s) differ, e.g. {differ[:3]}; sizes {len(other)} vs {len(ref)}); "
+            "teachers must share the student's tokenizer"
+        )
+    return errors
+
+
+def validate_pools(teachers: TeachersConfig, total_gpus: int, actor_gpus: int) -> list[str]:
+    """Resource pools add up: dedicated teacher pools + the actor pool fit the cluster, and a
+    colocated teacher fits in the actor's pool."""
+    errors = []
+    worker = {p: c for p, c in teachers.teachers.items() if c.backend != "server"}
+    dedicated = sum(c.world_size for c in teachers.teachers.values() if c.placement == "dedicated")
+    if actor_gpus + dedicated > total_gpus:
+        errors.append(
+            f"resource pools: actor {actor_gpus} + dedicated teachers {dedicated} = {actor_gpus + dedicated} "
+            f"devices > trainer.n_gpus_per_node*trainer.nnodes={total_gpus}"
+        )
+    for platform, c in worker.items():
+        if c.placement == "colocated" and c.world_size > actor_gpus:
+            errors.append(
+                f"mopd.teachers.{platform}: colocated teacher needs {c.world_size} devices but the actor pool has "
+                f"{actor_gpus}"
+            )
+    return errors
+
+
+def validate_before_load(
+    teachers: TeachersConfig,
+    *,
+    data_platforms: Mapping[str, Iterable[str]],
+    rollout_temperature: float,
+    student_tokenizer=None,
+    teacher_tokenizers: Mapping[str, Any] | None = None,
+    total_gpus: int | None = None,
+    actor_gpus: int | None = None,
+) -> None:
+    """Run every check and raise one ``TeacherConfigError`` listing all problems.
+
+    ``data_platforms`` maps a split name (``train``, ``val``) to the routing-key values in it.
+    Tokenizers are cheap to load (no weights), so this runs before any model is built.
+    """
+    errors = []
+    for split_name, values in data_platforms.items():
+        errors += validate_platforms(values, teachers.platforms, split_name)
+    errors += validate_temperature(rollout_temperature)
+    if student_tokenizer is not None and teacher_tokenizers:
+        errors += validate_tokenizers(student_tokenizer, teacher_tokenizers)
+    if total_gpus is not None and actor_gpus is not None:
+        errors += validate_pools(teachers, total_gpus, actor_gpus)
+    _raise_if(errors)
