@@ -1,0 +1,334 @@
+"""Subtask-decomposition judge: did the trajectory complete every subtask of its instruction?
+
+UI-MOPD's last cleaning stage asks a VLM to decompose the instruction into subtasks and to judge
+each one against the trajectory; a trajectory is kept only if every subtask is completed. Two
+judges share one interface, ``verdicts(trajectories, progress=False) -> list[Verdict | None]``:
+
+- :class:`OfflineJudge` reads verdicts already in the data (the trajectory's ``judge`` field),
+  ``None`` where there is none.
+- :class:`OpenAIJudge` asks any OpenAI-compatible ``/chat/completions`` server (SGLang, vLLM, a
+  hosted API; ``base_url`` and ``model`` configurable) and caches every answer on disk, keyed by
+  the SHA-256 of the request, so a rerun (or a resumed run) sends only the requests it lacks.
+
+Verdict layout (what the judge must answer, and what is stored in the trajectory's ``judge``)::
+
+    {"subtasks": [{"subtask": "open the terminal", "completed": true},
+                  {"subtask": "create goast.out", "score": 40}],     # score 0-100 also accepted
+     "model": "..."}
+
+An item with ``score`` instead of ``completed`` counts as completed when ``score >= threshold``
+(70, the public release's threshold). Standard library only (``urllib``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from verl_mopd.data.trajectories import Trajectory
+
+SCORE_THRESHOLD = 70.0
+
+
+@dataclass(frozen=True)
+class SubtaskVerdict:
+    subtask: str
+    completed: bool
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Per-subtask verdicts; the trajectory passes iff it lists subtasks and all are completed."""
+
+    subtasks: tuple[SubtaskVerdict, ...]
+    model: str = ""
+
+    @property
+    def all_completed(self) -> bool:
+        return bool(self.subtasks) and all(s.completed for s in self.subtasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        items = []
+        for s in self.subtasks:
+            item: dict[str, Any] = {"subtask": s.subtask, "completed": s.completed}
+            if s.score is not None:
+                item["score"] = s.score
+            items.append(item)
+        out: dict[str, Any] = {"subtasks": items}
+        if self.model:
+            out["model"] = self.model
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, threshold: float = SCORE_THRESHOLD, where: str = "judge") -> "Verdict":
+        """Read the layout above; raises ValueError naming the field."""
+        if not isinstance(d, Mapping) or not isinstance(d.get("subtasks"), list):
+            raise ValueError(f"{where}={str(d)[:200]!r}: expected {{'subtasks': [{{'subtask', 'completed'|'score'}}]}}")
+        items = []
+        for i, item in enumerate(d["subtasks"]):
+            w = f"{where}.subtasks[{i}]"
+            if not isinstance(item, Mapping):
+                raise ValueError(f"{w}={item!r}: expected an object")
+            name = item.get("subtask", item.get("name", ""))
+            if not isinstance(name, str):
+                raise ValueError(f"{w}.subtask={name!r}: expected a string")
+            score = item.get("score")
+            if isinstance(item.get("completed"), bool):
+                completed = item["completed"]
+            elif isinstance(score, (int, float)) and not isinstance(score, bool):
+                completed = float(score) >= threshold
+            else:
+                raise ValueError(f"{w}: needs 'completed' (true/false) or a numeric 'score' (0-100)")
+            items.append(SubtaskVerdict(name, completed, float(score) if isinstance(score, (int, float)) else None))
+        return cls(tuple(items), str(d.get("model") or ""))
+
+
+class OfflineJudge:
+    """Verdicts already in the data (the trajectory's ``judge`` field)."""
+
+    def __init__(self, threshold: float = SCORE_THRESHOLD):
+        self.threshold = threshold
+
+    def verdict(self, t: Trajectory) -> Verdict | None:
+        if t.judge is None:
+            return None
+        return Verdict.from_dict(t.judge, self.threshold, where=f"trajectory {t.id!r}.judge")
+
+    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list[Verdict | None]:
+        return [self.verdict(t) for t in trajectories]
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """The OpenAI-compatible judge.
+
+    Attributes:
+        base_url: the server's OpenAI API root, e.g. ``http://127.0.0.1:30000/v1`` (SGLang).
+        model: the ``model`` field of each request.
+        api_key_env: environment variable holding the bearer token (unset: no Authorization).
+        cache_dir: one JSON file per answered request; None disables the cache.
+        max_images: the last this many screenshots go into the request (0: text only).
+        threshold: score at or above which a scored subtask counts as completed.
+        timeout_s, max_retries: per request; retries back off 1, 2, 4... seconds.
+        workers: concurrent requests.
+        temperature, max_tokens: sampling of the judge.
+        reuse_verdicts: trust a verdict already in the data instead of asking again.
+    """
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    cache_dir: str | None = None
+    max_images: int = 3
+    threshold: float = SCORE_THRESHOLD
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    workers: int = 4
+    temperature: float = 0.0
+    max_tokens: int = 2048
+    reuse_verdicts: bool = True
+
+    def __post_init__(self):
+        errors = []
+        if not isinstance(self.base_url, str) or not re.match(r"^https?://", self.base_url):
+            errors.append(f"base_url={self.base_url!r}: must start with http:// or https://")
+        if not isinstance(self.model, str) or not self.model:
+            errors.append(f"model={self.model!r}: must be a non-empty string")
+        for name in ("max_images", "max_retries"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                errors.append(f"{name}={v!r}: must be an integer >= 0")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            errors.append(f"workers={self.workers!r}: must be an integer >= 1")
+        if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
+            errors.append(f"timeout_s={self.timeout_s!r}: must be > 0")
+        if errors:
+            raise ValueError("invalid judge config: " + "; ".join(errors))
+
+
+JUDGE_PROMPT = """You review a recorded GUI-agent trajectory ({platform}).
+
+Task instruction: {instruction}
+
+{subtask_block}
+
+Actions taken, in order:
+{actions}
+
+{image_note}Decide for every subtask whether the trajectory completed it. Answer with exactly one JSON
+object and nothing else:
+{{"subtasks": [{{"subtask": "<subtask>", "completed": true or false}}, ...]}}"""
+
+
+def _subtask_block(t: Trajectory) -> str:
+    if t.subtasks:
+        return "Subtasks to check:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(t.subtasks, 1))
+    return "First decompose the instruction into its subtasks (each a verifiable outcome)."
+
+
+def _action_lines(t: Trajectory) -> str:
+    lines = []
+    for s in t.steps:
+        what = s.description or json.dumps(dict(s.action), ensure_ascii=False)
+        lines.append(f"Step {s.index}: {what}")
+    return "\n".join(lines) or "(none)"
+
+
+def _data_url(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    mime = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp"}.get(ext, "png")
+    with open(path, "rb") as f:
+        return f"data:image/{mime};base64," + base64.b64encode(f.read()).decode("ascii")
+
+
+def build_messages(t: Trajectory, max_images: int) -> list[dict[str, Any]]:
+    """The chat request for one trajectory: the prompt text, then the last ``max_images`` screenshots."""
+    shots = [s.screenshot for s in t.steps][-max_images:] if max_images else []
+    note = f"The last {len(shots)} screenshots of the trajectory follow, oldest first.\n\n" if shots else ""
+    text = JUDGE_PROMPT.format(
+        platform=t.platform,
+        instruction=t.instruction,
+        subtask_block=_subtask_block(t),
+        actions=_action_lines(t),
+        image_note=note,
+    )
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    content += [{"type": "image_url", "image_url": {"url": _data_url(p)}} for p in shots]
+    return [{"role": "user", "content": content}]
+
+
+def parse_verdict_text(text: str, threshold: float = SCORE_THRESHOLD, model: str = "") -> Verdict:
+    """The judge's answer -> :class:`Verdict`. Tolerates ``<think>`` blocks and ``` fences around the JSON."""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    if fenced:
+        text = fenced.group(1)
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError(f"judge answer has no JSON object: {text[:200]!r}")
+    try:
+        obj = json.loads(text[start : end + 1])
+    except ValueError as e:
+        raise ValueError(f"judge answer is not valid JSON ({e}): {text[:200]!r}") from None
+    if isinstance(obj, dict) and model and "model" not in obj:
+        obj["model"] = model
+    return Verdict.from_dict(obj, threshold, where="judge answer")
+
+
+class JudgeError(RuntimeError):
+    """The judge server failed (after retries) or answered something unreadable."""
+
+
+@dataclass
+class OpenAIJudge:
+    """Judge through an OpenAI-compatible chat-completions endpoint, with an on-disk cache."""
+
+    config: JudgeConfig
+    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "cache_hits": 0, "reused": 0})
+
+    def _request_body(self, t: Trajectory) -> dict[str, Any]:
+        c = self.config
+        return {
+            "model": c.model,
+            "messages": build_messages(t, c.max_images),
+            "temperature": c.temperature,
+            "max_tokens": c.max_tokens,
+            "stream": False,
+        }
+
+    def _cache_path(self, body: Mapping[str, Any]) -> str | None:
+        if not self.config.cache_dir:
+            return None
+        key = hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+        return os.path.join(self.config.cache_dir, key[:2], f"{key}.json")
+
+    def _post(self, body: Mapping[str, Any]) -> str:
+        c = self.config
+        url = c.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        token = os.environ.get(c.api_key_env) if c.api_key_env else None
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = json.dumps(body).encode("utf-8")
+        last = ""
+        for attempt in range(c.max_retries + 1):
+            if attempt:
+                time.sleep(min(2 ** (attempt - 1), 30))
+            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=c.timeout_s) as resp:
+                    payload = json.loads(resp.read().decode("utf-8"))
+                msg = payload["choices"][0]["message"]
+                text = msg.get("content") or msg.get("reasoning_content") or ""
+                if not text.strip():
+                    last = "empty answer"
+                    continue
+                return text
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}: {e.read()[:200]!r}"
+                if e.code < 500 and e.code != 429:
+                    break  # a client error does not improve with retries
+            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+                last = f"{type(e).__name__}: {e}"
+        raise JudgeError(f"judge request to {url} (model {c.model!r}) failed: {last}")
+
+    def verdict(self, t: Trajectory) -> Verdict:
+        c = self.config
+        if c.reuse_verdicts and t.judge is not None:
+            self.stats["reused"] += 1
+            return Verdict.from_dict(t.judge, c.threshold, where=f"trajectory {t.id!r}.judge")
+        body = self._request_body(t)
+        path = self._cache_path(body)
+        text = None
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                text = json.load(f)["answer"]
+            self.stats["cache_hits"] += 1
+        if text is None:
+            text = self._post(body)
+            self.stats["requests"] += 1
+        try:
+            verdict = parse_verdict_text(text, c.threshold, c.model)
+        except ValueError as e:
+            raise JudgeError(f"trajectory {t.id!r}: {e}") from None
+        if path and not os.path.isfile(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"trajectory": t.id, "model": c.model, "answer": text}, f, ensure_ascii=False)
+            os.replace(tmp, path)
+        return verdict
+
+    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list[Verdict | None]:
+        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
+            it = pool.map(self.verdict, trajectories)
+            if progress:
+                from tqdm import tqdm
+
+                it = tqdm(it, total=len(trajectories), desc="judge", unit="traj")
+            return list(it)
+
+
+__all__ = [
+    "JUDGE_PROMPT",
+    "SCORE_THRESHOLD",
+    "JudgeConfig",
+    "JudgeError",
+    "OfflineJudge",
+    "OpenAIJudge",
+    "SubtaskVerdict",
+    "Verdict",
+    "build_messages",
+    "parse_verdict_text",
+]
