@@ -1,0 +1,13 @@
+"""Evaluation: offline step-level metrics scored by the reward, online OSWorld / MobileWorld agents, merges.
+
+- :mod:`.offline`: verl parquet -> model -> :func:`verl_mopd.rewards.compute_score` -> per-platform
+  parse rate, action-type accuracy, grounding accuracy, step success, reward histogram.
+- :mod:`.clients`: OpenAI-compatible HTTP client (bounded concurrency, retries with backoff) and a
+  local ``transformers`` client.
+- :mod:`.osworld`, :mod:`.mobileworld`: agents for the official harnesses (pyautogui code /
+  MobileWorld ``JSONAction``), 30-step budget.
+- :mod:`.merge`: weight-average and TIES (peft's ``merge_utils.ties``) checkpoint merges.
+- :mod:`.cli`: ``verl-mopd eval offline | merge`` (also ``python -m verl_mopd.eval``).
+
+Submodules are imported on use, so ``import verl_mopd.eval`` loads neither torch nor transformers.
+"""

@@ -1,0 +1,5 @@
+import sys
+
+from verl_mopd.eval.cli import main
+
+sys.exit(main())

@@ -1,0 +1,295 @@
+"""Offline step-level evaluation: a verl parquet of step prompts -> model -> the reward's verdicts -> metrics.
+
+Each row of the parquet (``verl-mopd prepare``'s RL step samples: ``data_source``, ``prompt``,
+``images``, ``reward_model.ground_truth``, ``extra_info``, ``platform``) is sent to a client
+(:mod:`verl_mopd.eval.clients`) with its screenshots interleaved exactly as verl's RLHFDataset
+does, and the response is scored by :func:`verl_mopd.rewards.compute_score`, the function the RL
+reward calls, with the same mode and keyword arguments. Nothing is re-implemented: parse rate,
+action match and step success are the reward's own ``parsed`` / ``action_match`` / ``acc``.
+
+Metrics, per platform and over all (:func:`metrics`):
+
+- ``parse_rate``: responses with a valid tool call for the platform;
+- ``action_type_acc``: the predicted action name equals the ground truth's;
+- ``grounding_acc``: over steps whose ground truth points at the screen (a coordinate), the
+  predicted point (any action, when it has one) passes the reward's own point rule
+  (:func:`verl_mopd.rewards.score.point_match`: inside the box enlarged by ``bbox_scale``, else
+  within ``point_tolerance``); ``n_grounding`` says how many steps count;
+- ``step_success``: fully correct steps (the reward's ``acc``);
+- ``mean_score`` and ``reward_hist``: the count of each reward value (+1.0 / -0.5 / -1.0 by
+  default); ``reasons``: the reward's reason tags, most common first.
+
+Resumable: every finished sample is appended (and flushed) to ``results.jsonl`` keyed by its id;
+a rerun with the same output folder skips those ids. Requests that fail for good are counted in
+the report (``failed``) and not written, so a rerun retries them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from verl_mopd.eval.messages import expand_images
+from verl_mopd.rewards import compute_score, parse_action, summarize
+from verl_mopd.rewards.score import make_configs, point_match, read_ground_truth, strict_targets
+
+REQUIRED_COLUMNS = ("prompt", "reward_model")
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One step prompt. ``messages`` are neutral messages (:mod:`verl_mopd.eval.messages`)."""
+
+    id: str
+    platform: str
+    data_source: Any
+    messages: list[dict[str, Any]]
+    ground_truth: Any
+    extra_info: dict[str, Any]
+
+
+def _plain(v: Any) -> Any:
+    """numpy arrays / scalars from parquet -> Python lists / numbers (bytes stay bytes)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (bytes, str)) or v is None:
+        return v
+    if hasattr(v, "tolist"):
+        return _plain(v.tolist())
+    return v
+
+
+def sample_id(extra: Mapping[str, Any], index: int) -> str:
+    """A step's key: ``extra_info.step_id`` (``prepare`` writes ``"<trajectory>:<step>"``), else
+    ``"<id>:<index>"``, else ``id``, else ``index``, else the row number."""
+    if extra.get("step_id") is not None:
+        return str(extra["step_id"])
+    if extra.get("id") is not None and extra.get("index") is not None:
+        return f"{extra['id']}:{extra['index']}"
+    for key in ("id", "index"):
+        if extra.get(key) is not None:
+            return str(extra[key])
+    return str(index)
+
+
+def sample_from_row(row: Mapping[str, Any], index: int) -> StepSample:
+    """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field."""
+    row = {k: _plain(v) for k, v in row.items()}
+    missing = [c for c in REQUIRED_COLUMNS if c not in row]
+    if missing:
+        raise ValueError(f"row {index}: missing columns {missing}; a verl RL parquet has {list(REQUIRED_COLUMNS)}")
+    rm = row["reward_model"]
+    if not isinstance(rm, dict) or "ground_truth" not in rm:
+        raise ValueError(f"row {index}: reward_model={rm!r}: expected {{'style': 'rule', 'ground_truth': ...}}")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise ValueError(f"row {index}: extra_info is a {type(extra).__name__}, expected a dict")
+    gt = rm["ground_truth"]
+    platform = row.get("platform") or extra.get("platform")
+    if platform is None:
+        try:
+            platform = read_ground_truth(gt, extra).platform
+        except ValueError as e:
+            raise ValueError(f"row {index}: no 'platform' column and {e}") from None
+    sid = sample_id(extra, index)
+    try:
+        messages = expand_images(row["prompt"], row.get("images"))
+    except ValueError as e:
+        raise ValueError(f"row {index} (id={sid!r}): {e}") from None
+    return StepSample(sid, str(platform), row.get("data_source"), messages, gt, extra)
+
+
+def load_samples(path: str, limit: int | None = None, platforms: Iterable[str] | None = None) -> list[StepSample]:
+    """Read a verl parquet (a file or a folder of ``*.parquet``); ids must be unique."""
+    import pyarrow.parquet as pq
+
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else [path]
+    if not files:
+        raise ValueError(f"{path}: no .parquet files")
+    keep = set(platforms) if platforms else None
+    samples: list[StepSample] = []
+    n = 0
+    for f in files:
+        for row in pq.read_table(f).to_pylist():
+            s = sample_from_row(row, n)
+            n += 1
+            if keep is not None and s.platform not in keep:
+                continue
+            samples.append(s)
+            if limit is not None and len(samples) >= limit:
+                break
+        if limit is not None and len(samples) >= limit:
+            break
+    dup = [k for k, c in Counter(s.id for s in samples).items() if c > 1]
+    if dup:
+        raise ValueError(f"{path}: duplicate sample ids {dup[:5]} (extra_info.step_id must be unique for resumable results)")
+    return samples
+
+
+def score_sample(sample: StepSample, response: str, mode: str = "strict", **reward_kwargs: Any) -> dict[str, Any]:
+    """The reward's verdict for one response plus the grounding verdict; one JSON-able record."""
+    r = compute_score(sample.data_source, response, sample.ground_truth, sample.extra_info, mode, **reward_kwargs)
+    grounding = _grounding(sample, response, mode, reward_kwargs)
+    return {
+        "id": sample.id,
+        "platform": sample.platform,
+        "response": response,
+        **{k: r[k] for k in ("score", "acc", "parsed", "action_match", "args_match", "reason", "thought_length")},
+        "grounding": grounding,
+    }
+
+
+def _grounding(sample: StepSample, response: str, mode: str, reward_kwargs: Mapping[str, Any]) -> float | None:
+    """1.0/0.0 when the ground truth has a coordinate, else None (the step does not count)."""
+    score_cfg, parse_cfg = make_configs(**({} if mode == "ui_mopd" else reward_kwargs))
+    try:
+        target = strict_targets(read_ground_truth(sample.ground_truth, sample.extra_info))[0]
+    except ValueError:
+        return None
+    if target.action.coordinate is None:
+        return None
+    pred = parse_action(response, sample.platform, parse_cfg)
+    point = getattr(pred, "coordinate", None) if pred else None
+    return 1.0 if point is not None and point_match(point, target.action.coordinate, target.bbox, score_cfg) else 0.0
+
+
+def metrics(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-platform (and ``"all"``) metrics of scored records; see the module docstring."""
+    records = list(records)
+    base = summarize(records) if records else {}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["platform"], []).append(r)
+        groups.setdefault("all", []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for platform in sorted(groups, key=lambda p: (p == "all", p)):
+        rs = groups[platform]
+        n = len(rs)
+        g = [r["grounding"] for r in rs if r.get("grounding") is not None]
+        hist = Counter(float(r["score"]) for r in rs)
+        out[platform] = {
+            "n": n,
+            "parse_rate": sum(r["parsed"] for r in rs) / n,
+            "action_type_acc": sum(r["action_match"] for r in rs) / n,
+            "grounding_acc": (sum(g) / len(g)) if g else None,
+            "n_grounding": len(g),
+            "step_success": sum(r["acc"] for r in rs) / n,
+            "mean_score": base[platform]["score"],
+            "reward_hist": {f"{k:+g}": v for k, v in sorted(hist.items(), reverse=True)},
+            "reasons": base[platform]["reasons"],
+        }
+    return out
+
+
+COLUMNS = (
+    ("n", "n", "{}"),
+    ("parse", "parse_rate", "{:.1%}"),
+    ("action", "action_type_acc", "{:.1%}"),
+    ("ground", "grounding_acc", "{:.1%}"),
+    ("success", "step_success", "{:.1%}"),
+    ("score", "mean_score", "{:+.3f}"),
+)
+
+
+def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
+    """A Markdown table of :func:`metrics` output, one row per platform (``all`` last)."""
+    head = ["platform", *(c[0] for c in COLUMNS), "reward histogram"]
+    rows = []
+    for platform, m in report.items():
+        cells = [platform]
+        for _, key, fmt in COLUMNS:
+            v = m[key]
+            cells.append("-" if v is None else fmt.format(v))
+        cells.append(" ".join(f"{k}:{v}" for k, v in m["reward_hist"].items()))
+        rows.append(cells)
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def read_results(path: str) -> dict[str, dict[str, Any]]:
+    """Finished records of a ``results.jsonl`` by id; a torn last line (a crash mid-write) is skipped."""
+    done: dict[str, dict[str, Any]] = {}
+    if not os.path.exists(path):
+        return done
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # only the last line may be torn
+                continue
+            raise ValueError(f"{path}:{i + 1}: not JSON; delete the line or the file to start over") from None
+        done[str(rec["id"])] = rec
+    return done
+
+
+def evaluate(
+    samples: list[StepSample],
+    complete: Callable[[list[dict[str, Any]]], str],
+    out_dir: str,
+    *,
+    max_in_flight: int = 8,
+    mode: str = "strict",
+    reward_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Query ``complete`` for every sample not already in ``out_dir/results.jsonl``, score, report.
+
+    Writes ``out_dir/results.jsonl`` (appended, one line per finished sample) and
+    ``out_dir/report.json``; returns the report: ``{"metrics", "counts", "failures", "meta"}``.
+    """
+    from verl_mopd.eval.clients import run_bounded
+
+    reward_kwargs = dict(reward_kwargs or {})
+    compute_score(None, "", '{"platform": "desktop", "action": {"action": "wait"}}', None, mode, **reward_kwargs)
+    os.makedirs(out_dir, exist_ok=True)
+    results_path = os.path.join(out_dir, "results.jsonl")
+    done = read_results(results_path)
+    ids = {s.id for s in samples}
+    todo = [s for s in samples if s.id not in done]
+    failures: list[dict[str, Any]] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc="eval", unit="step")
+    with open(results_path, "a", encoding="utf-8") as out:
+        for sample, response, err in run_bounded(lambda s: complete(s.messages), todo, max_in_flight):
+            if err is not None:
+                failures.append({"id": sample.id, "error": f"{type(err).__name__}: {err}"})
+            else:
+                rec = score_sample(sample, response, mode, **reward_kwargs)
+                done[sample.id] = rec
+                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                out.flush()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(failed=len(failures))
+    if bar is not None:
+        bar.close()
+    records = [done[i] for i in sorted(ids & done.keys())]
+    report = {
+        "metrics": metrics(records),
+        "counts": {
+            "samples": len(samples),
+            "scored": len(records),
+            "resumed": len(samples) - len(todo),
+            "failed": len(failures),
+            "stale_results_ignored": len(done.keys() - ids),
+        },
+        "failures": failures[:100],
+        "meta": {"mode": mode, "reward_kwargs": reward_kwargs, **(meta or {})},
+    }
+    with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, ensure_ascii=False)
+    return report
