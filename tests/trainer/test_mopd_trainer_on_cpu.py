@@ -112,3 +112,19 @@ def test_distillation_loss_fn_for_worker_backend_teachers():
     import cloudpickle
 
     assert cloudpickle.loads(cloudpickle.dumps(fn)).func is distillation_ppo_loss  # set_loss_fn ships it
+
+
+def test_teacher_logprobs_full_sequence_layout_round_trips_through_verl():
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    prompt_lens, resp_lens = torch.tensor([3, 5, 2]), torch.tensor([4, 2, 6])
+    resp = torch.randn(3, 6)
+    full = mopd_trainer.to_full_sequence(resp, prompt_lens, resp_lens)
+    data = TensorDict({
+        "prompts": torch.nested.as_nested_tensor([torch.zeros(int(p)) for p in prompt_lens], layout=torch.jagged),
+        "responses": torch.nested.as_nested_tensor([torch.zeros(int(r)) for r in resp_lens], layout=torch.jagged),
+    }, batch_size=3)
+    back = no_padding_2_padding(full, data).squeeze(-1)
+    mask = torch.arange(6) < resp_lens[:, None]
+    torch.testing.assert_close(back[mask], resp[mask])
+    assert mopd_trainer.teachers_config_from(compose_mopd()) is None  # no teachers block in mopd.yaml

@@ -29,9 +29,11 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from verl_mopd.config import MOPDGateConfig
 from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
-from verl_mopd.trainer.gate import write_kl_gate
+
+# verl_mopd.config and .gate are imported where used: this module is imported by register() while
+# `import verl` runs (the verl.plugins entry point), possibly from inside verl_mopd.config's own
+# first `import verl`, so importing it here would be circular.
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +45,10 @@ MOPD_TRAINER_MODES = {
 }
 
 
-def gate_config_from(config: DictConfig) -> MOPDGateConfig:
-    """The ``mopd`` gate keys of the run config as :class:`MOPDGateConfig` (other keys ignored)."""
+def gate_config_from(config: DictConfig):
+    """The ``mopd`` gate keys of the run config as ``MOPDGateConfig`` (other keys ignored)."""
+    from verl_mopd.config import MOPDGateConfig
+
     block = config.get("mopd", None) or {}
     block = OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
     fields = MOPDGateConfig.__dataclass_fields__
@@ -102,6 +106,14 @@ class MOPDTrainerMixin:
                 f"loss_mode={MOPD_LOSS_MODE} is not registered on Ray node(s) {missing}: install verl-mopd "
                 "in the environment of every node (the verl.plugins entry point registers it in each worker)"
             )
+        teachers = teachers_config_from(self.config)
+        if teachers is not None and any(t.backend != "server" for t in teachers.teachers.values()):
+            from verl_mopd.teachers import PlatformTeacherGroup
+
+            self.teacher_group = PlatformTeacherGroup.build(teachers, use_gpu=self.config.trainer.device != "cpu")
+            # distillation.enabled stays false (no verl teacher servers); the actor still gets verl's
+            # distillation_ppo_loss, bound to our loss config
+            self.actor_rollout_wg.set_loss_fn(distillation_loss_fn(self.config))
         super().on_init_end()
 
     # -- per step ---------------------------------------------------------------------------
@@ -119,11 +131,13 @@ class MOPDTrainerMixin:
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
         from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
 
+        from verl_mopd.trainer.gate import write_kl_gate
+
         metrics.update(
             write_kl_gate(batch, self.mopd_gate, tq=trainer_base.tq, think_end_token_id=self._think_end_id())
         )
         if self.teacher_group is not None:
-            metrics.update(self.teacher_group.score_step(batch))
+            metrics.update(score_teachers(self.teacher_group, batch, trainer_base.tq))
         return super()._compute_advantage(batch, metrics)
 
 
@@ -140,6 +154,62 @@ class MOPDTrainerSeparateAsync(MOPDTrainerMixin, PPOTrainerSeparateAsync):
 @register_trainer("mopd_colocate_async")
 class MOPDTrainerColocateAsync(MOPDTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocate-async v1 trainer with the MOPD hooks."""
+
+
+def teachers_config_from(config: DictConfig):
+    """``TeachersConfig`` of the run's ``mopd`` block, or None when it configures no teachers."""
+    from verl_mopd.teachers.config import TeachersConfig
+    from verl_mopd.trainer.validate import TEACHER_KEYS
+
+    block = config.get("mopd", None)
+    if block is None:
+        return None
+    block = OmegaConf.to_container(block, resolve=True)
+    if not block.get("teachers"):
+        return None
+    return TeachersConfig.from_mapping({k: v for k, v in block.items() if k in TEACHER_KEYS})
+
+
+def to_full_sequence(response_logp, prompt_lens, response_lens):
+    """Response-only log-probs -> verl's full-sequence layout of ``teacher_logprobs``.
+
+    verl's teacher loop stores ``teacher_logprobs`` per sample over the whole sequence, shape
+    ``(prompt_len + response_len, 1)``, where position ``p`` holds the log-prob of token ``p + 1``
+    (read back by verl's ``no_padding_2_padding``). Args: ``response_logp`` (bs, response_len)
+    padded or nested; ``prompt_lens``, ``response_lens`` (bs,). Returns a jagged nested tensor.
+    """
+    import torch
+
+    rows = []
+    for i, (p, r) in enumerate(zip(prompt_lens.tolist(), response_lens.tolist(), strict=True)):
+        resp = response_logp[i]
+        full = resp.new_zeros(p + r, 1)
+        full[p - 1 : p - 1 + r, 0] = resp[:r]
+        rows.append(full)
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+
+
+def score_teachers(group, batch, tq) -> dict:
+    """Score a step's stored samples with their platforms' teachers and store ``teacher_logprobs``.
+
+    Reads the samples from TransferQueue (the gate ``mopd_kl_mask`` is already there, so gated-off
+    samples go to no teacher), runs ``PlatformTeacherGroup.compute_teacher_logprobs`` (all
+    platforms in flight at once, merged in batch order) and writes the result in the layout verl's
+    distillation loss reads, as verl's own teacher loop does.
+    """
+    from tensordict import TensorDict
+
+    cfg = group.config
+    fields = ["input_ids", "prompts", "responses", "response_mask", "position_ids", "multi_modal_inputs",
+              cfg.routing_key, cfg.mask_key, "old_log_probs"]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    logp, metrics = group.compute_teacher_logprobs(data)
+    prompt_lens = data["prompts"].offsets().diff()
+    response_lens = data["responses"].offsets().diff()
+    full = to_full_sequence(logp, prompt_lens, response_lens)
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                    fields=TensorDict({cfg.output_key: full}, batch_size=len(batch.keys)))
+    return metrics
 
 
 def distillation_loss_fn(config: DictConfig):

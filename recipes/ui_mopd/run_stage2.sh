@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Stage 2: MOPD of the shared student. Run on the head node of a Ray cluster (ray start --head on
+# it, ray start --address=... on the others), or submit with `ray job submit -- bash run_stage2.sh`.
+#   RECIPE=stage2_mopd_qwen3vl8b bash recipes/ui_mopd/run_stage2.sh [hydra overrides...]
+# Needs: TRAIN_FILES / VAL_FILES (verl-mopd prepare), STUDENT_PATH, DESKTOP_TEACHER, MOBILE_TEACHER.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+recipe=${RECIPE:-stage2_mopd_qwen3vl8b}
+verl-mopd validate-recipe "$here/$recipe.yaml" "$@"
+python -m verl_mopd.trainer.main --config-path="$here" --config-name="$recipe" "$@"

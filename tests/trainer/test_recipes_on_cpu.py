@@ -1,0 +1,104 @@
+"""Every shipped recipe composes with verl's config and validates on CPU; bad ones fail clearly."""
+
+import pathlib
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from verl_mopd.trainer.validate import compose_recipe, surviving_group_min_mean, validate, validate_recipe_cli
+
+ROOT = pathlib.Path(__file__).parents[2]
+RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
+STAGE2 = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_qwen3vl8b.yaml"
+
+
+def test_the_recipes_are_found():
+    assert {p.name for p in RECIPES} >= {
+        "stage1_teacher_sft_desktop.yaml", "stage1_teacher_sft_mobile.yaml",
+        "stage2_mopd_qwen3vl8b.yaml", "stage2_mopd_small.yaml",
+    }
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_recipe_validates(recipe, capsys):
+    assert validate_recipe_cli(str(recipe), []) == 0, capsys.readouterr().err
+
+
+def test_stage2_recipe_is_the_paper_setup():
+    cfg = compose_recipe(str(STAGE2))
+    assert cfg.trainer.v1.trainer_mode == "mopd_sync"
+    assert cfg.distillation.distillation_loss.loss_mode == "mopd_k3"
+    assert cfg.distillation.distillation_loss.distillation_loss_coef == 0.01
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron"
+    assert cfg.actor_rollout_ref.rollout.name == "sglang" and cfg.actor_rollout_ref.rollout.n == 8
+    assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == 64
+    assert cfg.reward.custom_reward_function.path == "pkg://verl_mopd.rewards.score"
+    assert sorted(cfg.mopd.teachers) == ["desktop", "mobile"]
+
+
+def _problems(overrides, recipe=STAGE2):
+    problems, warnings = validate(compose_recipe(str(recipe), overrides))
+    return "\n".join(problems), "\n".join(warnings)
+
+
+@pytest.fixture(scope="module")
+def two_platform_parquet(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "train.parquet"
+    pq.write_table(pa.table({"platform": ["desktop", "mobile", "mobile"], "data_source": ["a", "b", "b"]}), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["mopd.beta=-0.5"], "mopd.beta=-0.5: must be a number >= 0"),
+        (["distillation.distillation_loss.loss_mode=k9"], "loss_mode='k9' is not a registered distillation loss"),
+        (["mopd.teachers.desktop.nnodes=16"], "colocated with the actor but needs 128 devices"),
+        (["mopd.teachers.mobile.backend=vllm"], "mopd.teachers.mobile.backend='vllm': allowed values"),
+        (["actor_rollout_ref.rollout.temperature=0.7"], "temperature=0.7: must be 1.0"),
+        (["mopd.tau=0.3"], None),  # unknown key: hydra itself refuses a new key without '+'
+        (["+mopd.tau=0.3"], "mopd: unknown key(s) ['tau']"),
+        (["mopd.normalization=tokens"], "mopd.normalization='tokens': allowed values"),
+    ],
+)
+def test_bad_overrides_fail_with_a_clear_message(overrides, message):
+    if message is None:
+        with pytest.raises(Exception, match="tau"):
+            compose_recipe(str(STAGE2), overrides)
+        return
+    problems, _ = _problems(overrides)
+    assert message in problems
+
+
+def test_missing_teacher_for_a_platform_in_the_data(two_platform_parquet):
+    problems, _ = _problems([f"data.train_files={two_platform_parquet}", "~mopd.teachers.mobile"])
+    assert "train data has platform(s) ['mobile'] with no teacher; configured: ['desktop']" in problems
+
+
+def test_gate_that_masks_every_surviving_group_warns():
+    # the public release's combination: DAPO filter on acc, n = 8, gate acc > 0.1
+    _, warnings = _problems(["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
+                             "mopd.tau_kl=0.1"])
+    assert "the reward gate masks every group" in warnings and "0.125 > mopd.tau_kl=0.1" in warnings
+    _, warnings = _problems([])  # our recipe: filter off, tau 0.5
+    assert "masks every group" not in warnings
+
+
+def test_surviving_group_min_mean():
+    assert surviving_group_min_mean((0.0, 1.0), 8, True) == 1 / 8
+    assert surviving_group_min_mean((0.0, 1.0), 8, False) == 0.0
+    assert surviving_group_min_mean((-1.0, -0.5, 1.0), 4, True) == pytest.approx((-3 - 0.5) / 4)
+
+
+def test_entry_point_refuses_a_bad_recipe_before_starting_ray():
+    out = subprocess.run(
+        [sys.executable, "-m", "verl_mopd.trainer.main", f"--config-path={STAGE2.parent}",
+         f"--config-name={STAGE2.stem}", "mopd.beta=-1"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode != 0
+    assert "mopd.beta=-1: must be a number >= 0" in out.stderr
+    assert "ray init" not in out.stdout
