@@ -128,3 +128,47 @@ def test_teacher_logprobs_full_sequence_layout_round_trips_through_verl():
     mask = torch.arange(6) < resp_lens[:, None]
     torch.testing.assert_close(back[mask], resp[mask])
     assert mopd_trainer.teachers_config_from(compose_mopd()) is None  # no teachers block in mopd.yaml
+
+
+QUOTA = [
+    "trainer.v1.sampler.custom_sampler.path=pkg://verl_mopd.batching.sampler",
+    "trainer.v1.sampler.custom_sampler.name=QuotaReplayBuffer",
+    "+trainer.v1.sampler.sampler_kwargs.quota={shares: {mobile: 0.5, desktop: 0.5}, max_wait_groups: 8}",
+    "+trainer.v1.sampler.sampler_kwargs.train_batch_size=${data.train_batch_size}",
+    "data.train_batch_size=4",
+    "data.gen_batch_size=1",
+]
+
+
+def _prompt(i, platform):
+    import numpy as np
+
+    from verl.utils import tensordict_utils as tu
+
+    return tu.get_tensordict({
+        "raw_prompt": np.array([[{"role": "user", "content": f"p{i}"}]], dtype=object),
+        "platform": np.array([platform], dtype=object),
+        "uid": np.array([f"u{i}"], dtype=object),
+    })
+
+
+def test_domain_aware_refill_holds_back_paused_domains(monkeypatch):
+    from verl_mopd.batching.sampler import QuotaReplayBuffer
+
+    trainer = mopd_trainer.MOPDTrainerSync(compose_mopd(QUOTA))
+    assert isinstance(trainer.replay_buffer, QuotaReplayBuffer)
+    stream = iter([_prompt(i, p) for i, p in enumerate(["desktop", "mobile", "desktop", "mobile", "mobile"] * 4)])
+    monkeypatch.setattr(trainer, "_fetch_one_gen_batch", lambda: next(stream))  # the dataloader
+    trainer.global_steps = 1
+    submitted = []
+    monkeypatch.setattr(trainer, "_submit_batch_to_rollout", lambda b: submitted.append(b) or len(b))  # rollout
+    paused = {"domains": frozenset({"desktop"})}
+    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: paused["domains"])
+
+    assert trainer._add_prompts_to_generate(3) == 3
+    assert [str(x) for x in list(submitted[-1]["platform"])] == ["mobile", "mobile", "mobile"]
+    assert len(trainer._held_prompts) == 2  # the two desktop prompts drawn on the way
+    paused["domains"] = frozenset()
+    assert trainer._add_prompts_to_generate(2) == 2
+    assert [str(x) for x in list(submitted[-1]["platform"])] == ["desktop", "desktop"]  # held ones first
+    assert trainer._held_prompts == []

@@ -37,6 +37,8 @@ def test_stage2_recipe_is_the_paper_setup():
     assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == 64
     assert cfg.reward.custom_reward_function.path == "pkg://verl_mopd.rewards.score"
     assert sorted(cfg.mopd.teachers) == ["desktop", "mobile"]
+    assert cfg.trainer.v1.sampler.custom_sampler.name == "QuotaReplayBuffer"
+    assert cfg.trainer.v1.sampler.sampler_kwargs.kl_only_max_score == cfg.mopd.tau_kl == 0.5
 
 
 def _problems(overrides, recipe=STAGE2):
@@ -62,6 +64,9 @@ def two_platform_parquet(tmp_path_factory):
         (["mopd.tau=0.3"], None),  # unknown key: hydra itself refuses a new key without '+'
         (["+mopd.tau=0.3"], "mopd: unknown key(s) ['tau']"),
         (["mopd.normalization=tokens"], "mopd.normalization='tokens': allowed values"),
+        (["trainer.v1.sampler.sampler_kwargs.quota.shares={desktop: 0.5, mobile: 0.6}"], "sums to"),
+        (["~trainer.v1.sampler.sampler_kwargs.quota.shares.mobile", "+trainer.v1.sampler.sampler_kwargs.quota.shares.web=0.5"],
+         "quota.shares has domains ['desktop', 'web'] but mopd.teachers has ['desktop', 'mobile']"),
     ],
 )
 def test_bad_overrides_fail_with_a_clear_message(overrides, message):
@@ -80,10 +85,13 @@ def test_missing_teacher_for_a_platform_in_the_data(two_platform_parquet):
 
 def test_gate_that_masks_every_surviving_group_warns():
     # the public release's combination: DAPO filter on acc, n = 8, gate acc > 0.1
-    _, warnings = _problems(["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc",
-                             "mopd.tau_kl=0.1"])
+    _, warnings = _problems(["trainer.v1.sampler.sampler_kwargs.uniform_groups=drop",
+                             "trainer.v1.sampler.sampler_kwargs.kl_only_max_score=null", "mopd.tau_kl=0.1"])
     assert "the reward gate masks every group" in warnings and "0.125 > mopd.tau_kl=0.1" in warnings
-    _, warnings = _problems([])  # our recipe: filter off, tau 0.5
+    _, warnings = _problems(["trainer.v1.sampler.custom_sampler.path=null", "algorithm.filter_groups.enable=true",
+                             "mopd.tau_kl=0.1"])  # verl's own DAPO filter, the release's setting
+    assert "the reward gate masks every group" in warnings
+    _, warnings = _problems([])  # our recipe: all-failure groups kept for the KL, tau 0.5
     assert "masks every group" not in warnings
 
 

@@ -20,6 +20,7 @@ What the hooks add, per ``_step_once`` batch (whole GRPO groups, on the driver):
 from __future__ import annotations
 
 import logging
+import os
 from functools import partial
 from typing import Any
 
@@ -94,6 +95,7 @@ class MOPDTrainerMixin:
         self.mopd_gate = gate_config_from(config)
         self.teacher_group = None
         self._think_end_token_id: int | None = None
+        self._held_prompts: list = []  # drawn prompts of paused domains (domain-aware refill)
         super().__init__(config)
 
     # -- start-up checks ---------------------------------------------------------------------
@@ -115,6 +117,62 @@ class MOPDTrainerMixin:
             # distillation_ppo_loss, bound to our loss config
             self.actor_rollout_wg.set_loss_fn(distillation_loss_fn(self.config))
         super().on_init_end()
+
+    # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state is ours -----
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        if hasattr(self.replay_buffer, "save_checkpoint"):
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            self.replay_buffer.save_checkpoint(folder)
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        folder = self._resumed_step_folder()
+        if folder is not None and hasattr(self.replay_buffer, "load_checkpoint"):
+            self.replay_buffer.load_checkpoint(folder)
+
+    def _resumed_step_folder(self) -> str | None:
+        """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from (same rules), or None."""
+        from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+        trainer = self.config.trainer
+        if trainer.resume_mode == "disable" or self.global_steps == 0:
+            return None
+        if trainer.resume_mode == "resume_path":
+            return os.path.abspath(trainer.resume_from_path)
+        return find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
+
+    # -- domain-aware refill (MintAct backpressure on the producer side) ----------------------
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """Submit ``num_prompts`` prompts, holding back those of domains the quota sampler paused.
+
+        Held prompts are submitted first once their domain resumes. Draws at most
+        ``4 * num_prompts`` extra prompts; if every drawn prompt belongs to a paused domain, the held
+        ones are submitted anyway (the sampler's bounded-wait fallback then decides).
+        """
+        paused = getattr(self.replay_buffer, "paused_domains", None)
+        paused = frozenset(paused()) if paused else frozenset()
+        if not paused and not self._held_prompts:
+            return super()._add_prompts_to_generate(num_prompts)
+        from verl.utils import tensordict_utils as tu
+
+        key = self.replay_buffer.batching.domain_key
+        chosen, still_held = [], []
+        for row in self._held_prompts:
+            (chosen if _row_domain(row, key) not in paused and len(chosen) < num_prompts else still_held).append(row)
+        gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        budget = 4 * num_prompts
+        while len(chosen) < num_prompts and budget > 0:
+            batch = self._next_train_batch(gen_batch_size)
+            budget -= len(batch)
+            for i in range(len(batch)):
+                row = tu.index_select_tensor_dict(batch, [i])
+                (still_held if _row_domain(row, key) in paused else chosen).append(row)
+        while len(chosen) < num_prompts and still_held:  # nothing else to draw: release held prompts
+            chosen.append(still_held.pop(0))
+        self._held_prompts = still_held + chosen[num_prompts:]
+        chosen = chosen[:num_prompts]
+        return self._submit_batch_to_rollout(tu.concat_tensordict(chosen))
 
     # -- per step ---------------------------------------------------------------------------
     def _think_end_id(self) -> int | None:
@@ -139,6 +197,12 @@ class MOPDTrainerMixin:
         if self.teacher_group is not None:
             metrics.update(score_teachers(self.teacher_group, batch, trainer_base.tq))
         return super()._compute_advantage(batch, metrics)
+
+
+def _row_domain(row, key: str) -> str:
+    value = row[key]
+    value = value.tolist() if hasattr(value, "tolist") else list(value)
+    return str(value[0] if isinstance(value, list) else value)
 
 
 @register_trainer("mopd_sync")

@@ -96,9 +96,13 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDGateConfig, warning
     n = int(_section(config, "actor_rollout_ref.rollout.n") or 1)
     filt = _section(config, "algorithm.filter_groups")
     drops = bool(filt is not None and filt.get("enable", False))
+    sampler = _section(config, "trainer.v1.sampler")
+    if sampler is not None and str(sampler.get("custom_sampler", {}).get("path") or "").endswith("batching.sampler"):
+        # our quota sampler decides: "drop" evicts all-equal groups, "kl_only" keeps the low ones
+        drops = (sampler.get("sampler_kwargs", {}) or {}).get("uniform_groups", "drop") == "drop"
     lowest = surviving_group_min_mean(levels, n, drops)
     if lowest > gate.tau_kl:
-        why = f"with algorithm.filter_groups on and rollout.n={n}, " if drops else ""
+        why = f"with all-equal groups filtered out and rollout.n={n}, " if drops else ""
         warnings.append(
             f"the reward gate masks every group: {why}the lowest group-mean {gate.gate_metric} that reaches the "
             f"loss is {lowest:.3f} > mopd.tau_kl={gate.tau_kl}, so the KL term is off for every trained sample. "
@@ -181,6 +185,28 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
     return values
 
 
+def _check_sampler(config: DictConfig, problems: list[str]) -> None:
+    """Our quota sampler's kwargs (BatchingConfig), and its domains against the teachers."""
+    sampler = _section(config, "trainer.v1.sampler")
+    path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
+    if not path.endswith("verl_mopd.batching.sampler"):
+        return
+    from verl_mopd.batching.sampler import BatchingConfig
+
+    kwargs = OmegaConf.to_container(sampler.get("sampler_kwargs") or {}, resolve=True)
+    try:
+        batching = BatchingConfig.from_sampler_kwargs(kwargs)
+    except (ValueError, TypeError) as exc:
+        problems.append(str(exc))
+        return
+    teachers = _section(config, "mopd.teachers")
+    if teachers and set(batching.quota.shares) != set(teachers):
+        problems.append(
+            f"trainer.v1.sampler.sampler_kwargs.quota.shares has domains {sorted(batching.quota.shares)} but "
+            f"mopd.teachers has {sorted(teachers)}: give every platform a share"
+        )
+
+
 def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) -> None:
     if value is None or (isinstance(value, str) and not value.strip()):
         problems.append(f"{key} is not set: give a path")
@@ -225,6 +251,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     gate = _check_mopd(config, problems, warnings)
     if gate is not None:
         _check_teachers(config, problems)
+    _check_sampler(config, problems)
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
