@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from verl_mopd.teachers.config import TeacherConfig, TeachersConfig
-from verl_mopd.teachers.router import check_known, merge, routing_keys, split, take_rows
+from verl_mopd.teachers.router import check_known, get_field, merge, routing_keys, split, take_rows
 
 __all__ = ["PlatformTeacherGroup", "build_worker_group"]
 
@@ -64,14 +64,6 @@ def _teacher_fields(cfg: TeacherConfig) -> dict:
     return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
 
 
-def _get(batch, key):
-    from verl.protocol import DataProto
-
-    if isinstance(batch, DataProto):
-        if batch.batch is not None and key in batch.batch.keys():
-            return batch.batch[key]
-        return batch.non_tensor_batch.get(key)
-    return batch.get(key) if key in batch.keys() else None
 
 
 def _pad_rows(sub, divisor: int):
@@ -109,10 +101,10 @@ def _drop_tail(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 
 def _response_mask(batch) -> torch.Tensor | None:
-    mask = _get(batch, "response_mask")
+    mask = get_field(batch, "response_mask")
     if mask is not None:
         return mask
-    am, resp = _get(batch, "attention_mask"), _get(batch, "responses")
+    am, resp = get_field(batch, "attention_mask"), get_field(batch, "responses")
     if am is not None and resp is not None and not resp.is_nested:
         return am[:, -resp.shape[-1] :]
     return None
@@ -170,7 +162,7 @@ class PlatformTeacherGroup:
         check_known(keys.tolist(), cfg.platforms, cfg.routing_key)
         n = len(keys)
         send = np.ones(n, dtype=bool)
-        gate = _get(batch, cfg.mask_key) if cfg.skip_gated else None
+        gate = get_field(batch, cfg.mask_key) if cfg.skip_gated else None
         if gate is not None:
             send = np.asarray(torch.as_tensor(gate).reshape(n, -1)[:, 0] > 0)
         sent_rows = np.flatnonzero(send)
@@ -212,13 +204,13 @@ class PlatformTeacherGroup:
 
     def _fill_rows(self, batch, rows: np.ndarray, parts: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Values for rows sent to no teacher: the student's ``old_log_probs`` when stored, else 0.0."""
-        old = _get(batch, "old_log_probs")
+        old = get_field(batch, "old_log_probs")
         if old is not None:
             if old.is_nested:
                 sel = [old.unbind(0)[int(r)] for r in rows]
                 return torch.nested.as_nested_tensor(sel, layout=torch.jagged).to(torch.float32)
             return old[torch.as_tensor(rows)].to(torch.float32)
-        responses = _get(batch, "responses")
+        responses = get_field(batch, "responses")
         if responses.is_nested:
             resp = responses.unbind(0)
             return torch.nested.as_nested_tensor(
@@ -232,13 +224,13 @@ class PlatformTeacherGroup:
         if mask is not None and not mask.is_nested:
             tokens = mask.sum(-1).numpy()
         else:
-            resp = _get(batch, "responses")
+            resp = get_field(batch, "responses")
             tokens = np.array([r.shape[-1] for r in resp.unbind(0)])
         m = {
             "mopd_teacher/skipped_fraction": float((~send).sum() / max(n, 1)),
             "mopd_teacher/skipped_token_fraction": float(tokens[~send].sum() / max(tokens.sum(), 1)),
         }
-        old = _get(batch, "old_log_probs")
+        old = get_field(batch, "old_log_probs")
         k3_kl = None
         if old is not None and mask is not None and not old.is_nested and not mask.is_nested:
             try:

@@ -175,3 +175,14 @@ def take_rows(batch, rows: np.ndarray):
     from verl.utils.tensordict_utils import index_select_tensor_dict
 
     return index_select_tensor_dict(batch, torch.from_numpy(rows))
+
+
+def get_field(batch, key):
+    """A field of a DataProto (tensor or non-tensor) or TensorDict batch, or None if absent."""
+    from verl.protocol import DataProto
+
+    if isinstance(batch, DataProto):
+        if batch.batch is not None and key in batch.batch.keys():
+            return batch.batch[key]
+        return batch.non_tensor_batch.get(key)
+    return batch.get(key) if key in batch.keys() else None

@@ -26,6 +26,7 @@ import torch
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.torch_functional import logprobs_from_logits
+from verl_mopd.teachers.router import get_field
 
 __all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "HFTeacherWorker"]
 
@@ -41,14 +42,6 @@ class ScoringRow:
     mm: Mapping | None = None
 
 
-def _get(batch, key):
-    from verl.protocol import DataProto
-
-    if isinstance(batch, DataProto):
-        if batch.batch is not None and key in batch.batch.keys():
-            return batch.batch[key]
-        return batch.non_tensor_batch.get(key)
-    return batch.get(key) if key in batch.keys() else None
 
 
 def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
@@ -57,11 +50,11 @@ def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
     Returns ``(rows, response_len)``; ``response_len`` is the padded width, or None for the
     nested (no-padding) layout.
     """
-    input_ids, responses = _get(batch, "input_ids"), _get(batch, "responses")
+    input_ids, responses = get_field(batch, "input_ids"), get_field(batch, "responses")
     if input_ids is None or responses is None:
         raise KeyError("teacher scoring needs `input_ids` and `responses` in the batch")
-    position_ids = _get(batch, "position_ids")
-    mm = _get(batch, "multi_modal_inputs")
+    position_ids = get_field(batch, "position_ids")
+    mm = get_field(batch, "multi_modal_inputs")
     mm_list = None
     if mm is not None:
         mm_list = mm.tolist() if hasattr(mm, "tolist") else list(mm)
@@ -73,7 +66,7 @@ def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
             rows.append(ScoringRow(seq, int(resp.shape[-1]), None if pos is None else pos[i],
                                    None if mm_list is None else mm_list[i]))
         return rows, None
-    attention_mask = _get(batch, "attention_mask")
+    attention_mask = get_field(batch, "attention_mask")
     if attention_mask is None:
         raise KeyError("padded teacher scoring needs `attention_mask`")
     response_len = responses.shape[-1]
