@@ -29,6 +29,8 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
     """
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
+    if cfg.backend == "hf" and cfg.device == "cpu":
+        use_gpu = False  # a CPU teacher takes CPU bundles, even in a GPU run
     if cfg.backend == "hf":
         import ray
 
