@@ -231,6 +231,10 @@ def test_write_kl_gate_with_an_in_memory_transfer_queue():
     assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 12)
     assert metrics["mopd/kl_mask_on_fraction/mobile"] == 1.0
     assert metrics["mopd/kl_mask_on_fraction/desktop"] == 0.0
+    assert metrics["mopd/reward_level/mobile/-0.5"] == 1.0  # every mobile rollout failed
+    assert metrics["mopd/reward_level/desktop/+1"] == pytest.approx(5 / 8)
+    assert metrics["mopd/reward_mean/desktop"] == pytest.approx((5 * 1.0 - 3 * 0.5) / 8)
+    assert metrics["mopd/response_length/mobile"] > 0
 
     # the task score as gate metric: group means -0.5 | -0.125 | 1.0 vs tau 0.0
     write_kl_gate(batch, MOPDGateConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)

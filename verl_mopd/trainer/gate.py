@@ -66,6 +66,28 @@ def _gate_metric(cfg: MOPDGateConfig, data: TensorDict) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
+def platform_metrics(data: TensorDict, platform_key: str, gate: torch.Tensor, real: torch.Tensor,
+                     response_mask: torch.Tensor) -> dict[str, float]:
+    """Per platform: KL-on fraction, mean response length, and (with ``rm_scores``) the mean task
+    reward and the fraction of rollouts at each reward level (+1 / -0.5 / -1 for our reward)."""
+    platforms = [str(p) for p in _as_list(data[platform_key])]
+    lengths = response_mask.sum(-1).float()
+    rewards = _padded(data["rm_scores"], 0.0).float().reshape(len(data), -1).sum(-1) if "rm_scores" in data.keys() else None
+    metrics: dict[str, float] = {}
+    for platform in sorted(set(platforms)):
+        rows = torch.tensor([p == platform for p in platforms]) & real
+        if not rows.any():
+            continue
+        metrics[f"mopd/kl_mask_on_fraction/{platform}"] = gate[rows].mean().item()
+        metrics[f"mopd/response_length/{platform}"] = lengths[rows].mean().item()
+        if rewards is not None:
+            r = rewards[rows]
+            metrics[f"mopd/reward_mean/{platform}"] = r.mean().item()
+            for level in torch.unique(r).tolist():
+                metrics[f"mopd/reward_level/{platform}/{level:+g}"] = (r == level).float().mean().item()
+    return metrics
+
+
 def compute_kl_gate(
     cfg: MOPDGateConfig,
     data: TensorDict,
@@ -87,7 +109,8 @@ def compute_kl_gate(
     Returns:
         ``(fields, metrics)``: ``fields[mopd_kl_mask]`` (bs,) float32 (gate times the normalization
         weight), ``fields[mopd_kl_start]`` (bs,) int64 with ``kl_skip_thought``; ``metrics`` with
-        ``mopd/kl_mask_on_fraction`` (and ``/<platform>``), ``mopd/gate_metric_mean``.
+        ``mopd/kl_mask_on_fraction``, ``mopd/gate_metric_mean`` and, with the platform field,
+        :func:`platform_metrics`.
     """
     n = len(data)
     real = torch.ones(n, dtype=torch.bool) if is_padding is None else ~torch.as_tensor(is_padding, dtype=torch.bool)
@@ -121,12 +144,7 @@ def compute_kl_gate(
         "mopd/gate_metric_mean": scores[real].mean().item() if real.any() else 0.0,
     }
     if cfg.platform_key and cfg.platform_key in data.keys():
-        by_platform: dict[str, list[float]] = defaultdict(list)
-        for platform, g, r in zip(_as_list(data[cfg.platform_key]), gate.tolist(), real.tolist(), strict=True):
-            if r:
-                by_platform[str(platform)].append(g)
-        for platform, gs in sorted(by_platform.items()):
-            metrics[f"mopd/kl_mask_on_fraction/{platform}"] = sum(gs) / len(gs)
+        metrics.update(platform_metrics(data, cfg.platform_key, gate, real, response_mask))
     return fields, metrics
 
 
@@ -154,7 +172,7 @@ def write_kl_gate(
     if not cfg.enable:
         return {}
     # TransferQueue skips requested fields a sample does not have, so ask for every candidate
-    fields = [cfg.group_key, "response_mask", cfg.gate_metric]
+    fields = [cfg.group_key, "response_mask", "rm_scores", cfg.gate_metric]
     if cfg.gate_metric != "rm_scores":
         fields.append(REWARD_EXTRAS_FIELD)  # where the v1 agent loop keeps reward extras
     if cfg.platform_key:
