@@ -15,3 +15,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # shared test helpers (local_http)

@@ -2,63 +2,31 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from _data_helpers import record
+from local_http import LocalJSONServer
 
 from verl_mopd.data.judges import JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge, Verdict, parse_verdict_text
 from verl_mopd.data.trajectories import CleanConfig, clean, trajectory_from_dict
 
 
-class _Server:
+class _Server(LocalJSONServer):
     """A chat-completions endpoint answering from ``answers[instruction]`` and logging every request."""
 
     def __init__(self, answers, fail_first=0, status=200):
+        super().__init__()
         self.answers, self.requests, self.fail_first, self.status = answers, [], fail_first, status
-        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                if outer.fail_first > 0:
-                    outer.fail_first -= 1
-                    self.send_response(500)
-                    self.end_headers()
-                    self.wfile.write(b"overloaded")
-                    return
-                if outer.status != 200:
-                    self.send_response(outer.status)
-                    self.end_headers()
-                    self.wfile.write(b"bad request")
-                    return
-                text = body["messages"][0]["content"][0]["text"]
-                instr = text.split("Task instruction: ", 1)[1].split("\n", 1)[0]
-                payload = {"choices": [{"message": {"role": "assistant", "content": outer.answers[instr]}}]}
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def respond(self, body, headers):
+        self.requests.append({"path": self.path, "body": body, "auth": headers.get("Authorization")})
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            return 500, {"error": "overloaded"}, None
+        if self.status != 200:
+            return self.status, {"error": "bad request"}, None
+        text = body["messages"][0]["content"][0]["text"]
+        instr = text.split("Task instruction: ", 1)[1].split("\n", 1)[0]
+        return 200, {"choices": [{"message": {"role": "assistant", "content": self.answers[instr]}}]}, None
 
 
 def _trajs(tmp):

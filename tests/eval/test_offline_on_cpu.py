@@ -5,10 +5,10 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from _eval_fixtures import CASES, RESPONSES, png, rows, write_parquet
+from local_http import LocalJSONServer
 
 from verl_mopd.eval.clients import ClientError, OpenAIClient, RetryPolicy, run_bounded
 from verl_mopd.eval.cli import main as eval_main
@@ -22,7 +22,7 @@ FAST = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=0.02)
 # ----------------------------------------------------------------------------- a local OpenAI server
 
 
-class _Server:
+class _Server(LocalJSONServer):
     """A tiny OpenAI-compatible /v1/chat/completions server on 127.0.0.1 (stdlib, in a thread).
 
     It answers with the recorded response of the sample whose id ("[d0]") is in the user text,
@@ -31,63 +31,27 @@ class _Server:
     """
 
     def __init__(self, fail_first=0, status_for=None, delay=0.0, reasoning_split=False):
+        super().__init__()
         self.fail_first, self.status_for, self.delay = fail_first, dict(status_for or {}), delay
         self.reasoning_split = reasoning_split
-        self.bodies, self.seen, self.lock = [], {}, threading.Lock()
-        self.in_flight = self.peak = 0
-        outer = self
+        self.seen = {}
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with outer.lock:
-                    outer.bodies.append(body)
-                    outer.in_flight += 1
-                    outer.peak = max(outer.peak, outer.in_flight)
-                try:
-                    time.sleep(outer.delay)
-                    text = "".join(p.get("text", "") for p in body["messages"][-1]["content"] if p["type"] == "text")
-                    sid = re.search(r"\[(\w+)\]", text).group(1)
-                    with outer.lock:
-                        n = outer.seen[sid] = outer.seen.get(sid, 0) + 1
-                    if sid in outer.status_for:
-                        return self._send(outer.status_for[sid], {"error": {"message": f"no {sid}"}})
-                    if n <= outer.fail_first:
-                        return self._send(503, {"error": {"message": "overloaded"}}, {"Retry-After": "0"})
-                    content = RESPONSES[sid]
-                    msg = {"role": "assistant", "content": content}
-                    if outer.reasoning_split and "</think>" in content:
-                        thought, rest = content.split("</think>", 1)
-                        msg = {"role": "assistant", "content": rest, "reasoning_content": thought}
-                    self._send(200, {"choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]})
-                finally:
-                    with outer.lock:
-                        outer.in_flight -= 1
-
-            def _send(self, status, obj, headers=None):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def respond(self, body, headers):
+        time.sleep(self.delay)
+        text = "".join(p.get("text", "") for p in body["messages"][-1]["content"] if p["type"] == "text")
+        sid = re.search(r"\[(\w+)\]", text).group(1)
+        with self.lock:
+            n = self.seen[sid] = self.seen.get(sid, 0) + 1
+        if sid in self.status_for:
+            return self.status_for[sid], {"error": {"message": f"no {sid}"}}, None
+        if n <= self.fail_first:
+            return 503, {"error": {"message": "overloaded"}}, {"Retry-After": "0"}
+        content = RESPONSES[sid]
+        msg = {"role": "assistant", "content": content}
+        if self.reasoning_split and "</think>" in content:
+            thought, rest = content.split("</think>", 1)
+            msg = {"role": "assistant", "content": rest, "reasoning_content": thought}
+        return 200, {"choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}, None
 
 
 # ----------------------------------------------------------------------------- messages

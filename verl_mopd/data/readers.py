@@ -190,17 +190,22 @@ def agentnet_to_trajectory(record: Mapping[str, Any], image_dir: str, instructio
     )
 
 
-def read_agentnet(path: str, image_dir: str | None = None, instruction_key: str = "instruction") -> Iterator[Trajectory]:
-    """AgentNet JSONL -> trajectories; images under ``image_dir`` (default: ``<jsonl dir>/images``)."""
-    image_dir = image_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "images")
+def _jsonl_records(path: str) -> Iterator[dict]:
+    """The JSON objects of a JSONL file, one a non-empty line; a bad line names file and line."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    record = json.loads(line)
+                    yield json.loads(line)
                 except ValueError as e:
                     raise SchemaError(f"{path}:{lineno}: not JSON ({e})") from None
-                yield agentnet_to_trajectory(record, image_dir, instruction_key)
+
+
+def read_agentnet(path: str, image_dir: str | None = None, instruction_key: str = "instruction") -> Iterator[Trajectory]:
+    """AgentNet JSONL -> trajectories; images under ``image_dir`` (default: ``<jsonl dir>/images``)."""
+    image_dir = image_dir or os.path.join(os.path.dirname(os.path.abspath(path)), "images")
+    for record in _jsonl_records(path):
+        yield agentnet_to_trajectory(record, image_dir, instruction_key)
 
 
 # ----------------------------------------------------------------------------- AndroidControl
@@ -316,14 +321,8 @@ def read_android_control_jsonl(path: str, image_dir: str | None = None, **kwargs
     """AndroidControl episodes exported as JSONL (screenshots as paths relative to ``image_dir``,
     default the JSONL's folder)."""
     image_dir = image_dir or os.path.dirname(os.path.abspath(path))
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except ValueError as e:
-                    raise SchemaError(f"{path}:{lineno}: not JSON ({e})") from None
-                yield android_control_to_trajectory(record, image_dir, **kwargs)
+    for record in _jsonl_records(path):
+        yield android_control_to_trajectory(record, image_dir, **kwargs)
 
 
 def iter_android_control_tfrecords(pattern: str) -> Iterator[dict[str, Any]]:
