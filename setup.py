@@ -28,6 +28,7 @@ setup(
         "datasets",
         "pillow",
         "tqdm",
+        "matplotlib",  # verl-mopd demo's plot
         "pyarrow>=19",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "numpy>=2.0",

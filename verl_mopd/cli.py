@@ -1,17 +1,42 @@
 """``verl-mopd``: the command line of verl-mopd.
 
     verl-mopd check                  is mopd_k3 registered in verl here? (versions, entry point)
+    verl-mopd demo [--steps N] [--out DIR]
+                                     both UI-MOPD stages end to end on CPU with tiny models
     verl-mopd score ...              score model outputs with the GUI action reward
     verl-mopd prepare ...            clean GUI trajectories and write verl parquet (RL + SFT)
     verl-mopd eval offline|merge ... evaluate a checkpoint step by step; build merge baselines
     verl-mopd validate-recipe FILE [key=value ...] [--print]
                                      compose a recipe with verl's config and check it (no Ray, no GPU)
+
+Only the chosen command's module is imported (verl and torch take seconds to import).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+#: command -> (help, "module:add_arguments" or None, "module:run")
+COMMANDS = {
+    "check": ("check that mopd_k3 is registered in verl", None, "verl_mopd.cli:_check"),
+    "demo": ("both UI-MOPD stages end to end on CPU (tiny models, no download)",
+             "verl_mopd.demo.cli:add_demo_arguments", "verl_mopd.demo.cli:run_demo"),
+    "score": ("score model outputs with the GUI action reward",
+              "verl_mopd.rewards.cli:add_score_arguments", "verl_mopd.rewards.cli:run_score"),
+    "prepare": ("clean trajectories and write verl parquet",
+                "verl_mopd.data.cli:add_prepare_arguments", "verl_mopd.data.cli:run_prepare"),
+    "eval": ("evaluate a checkpoint offline; merge baselines",
+             "verl_mopd.eval.cli:add_eval_arguments", "verl_mopd.eval.cli:run_eval"),
+    "validate-recipe": ("compose and check a recipe YAML without Ray or GPUs",
+                        "verl_mopd.cli:_validate_recipe_arguments", "verl_mopd.cli:_validate_recipe"),
+}
+
+
+def _load(ref: str):
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -34,39 +59,10 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from verl_mopd.rewards.cli import add_score_arguments
-
-    parser = argparse.ArgumentParser(prog="verl-mopd", description="Multi-teacher on-policy distillation for verl")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check", help="check that mopd_k3 is registered in verl").set_defaults(func=_check)
-    score = sub.add_parser("score", help="score model outputs with the GUI action reward")
-    add_score_arguments(score)
-    score.set_defaults(func=_score)
-    from verl_mopd.data.cli import add_prepare_arguments
-    from verl_mopd.eval.cli import add_eval_arguments
-
-    prepare = sub.add_parser("prepare", help="clean trajectories and write verl parquet")
-    add_prepare_arguments(prepare)
-    prepare.set_defaults(func=_lazy("verl_mopd.data.cli", "run_prepare"))
-    evaluate = sub.add_parser("eval", help="evaluate a checkpoint offline; merge baselines")
-    add_eval_arguments(evaluate)
-    evaluate.set_defaults(func=_lazy("verl_mopd.eval.cli", "run_eval"))
-    recipe = sub.add_parser("validate-recipe", help="compose and check a recipe YAML without Ray or GPUs")
-    recipe.add_argument("file", help="recipe YAML, e.g. recipes/ui_mopd/stage2_mopd_qwen3vl8b.yaml")
-    recipe.add_argument("overrides", nargs="*", help="hydra overrides key=value, as on the launch command")
-    recipe.add_argument("--print", dest="print_config", action="store_true", help="print the resolved config")
-    recipe.set_defaults(func=_validate_recipe)
-    return parser
-
-
-def _lazy(module: str, name: str):
-    def run(args: argparse.Namespace) -> int:
-        import importlib
-
-        return getattr(importlib.import_module(module), name)(args)
-
-    return run
+def _validate_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="recipe YAML, e.g. recipes/ui_mopd/stage2_mopd_qwen3vl8b.yaml")
+    parser.add_argument("overrides", nargs="*", help="hydra overrides key=value, as on the launch command")
+    parser.add_argument("--print", dest="print_config", action="store_true", help="print the resolved config")
 
 
 def _validate_recipe(args: argparse.Namespace) -> int:
@@ -75,15 +71,23 @@ def _validate_recipe(args: argparse.Namespace) -> int:
     return validate_recipe_cli(args.file, args.overrides, args.print_config)
 
 
-def _score(args: argparse.Namespace) -> int:
-    from verl_mopd.rewards.cli import run_score
-
-    return run_score(args)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s arguments are loaded (all of them when None)."""
+    parser = argparse.ArgumentParser(prog="verl-mopd", description="Multi-teacher on-policy distillation for verl")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if add_arguments and command in (None, name):
+            _load(add_arguments)(p)
+        p.set_defaults(func=run)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    return int(_load(args.func)(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+import sys
+
+from verl_mopd.demo.cli import main
+
+sys.exit(main())
