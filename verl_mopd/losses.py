@@ -11,10 +11,12 @@ the student's own samples (``use_policy_gradient=False``), is
 
     E_{y~S}[ d/dtheta K3 ] = E_{y~S}[ (1 - p_T/p_S) * grad log p_S(y) ]
                            = -E_{y~T}[ grad log p_S(y) ]          (E_S[grad log p_S] = 0)
-                           = grad KL(teacher || student),
+                           = grad KL(teacher || student)
 
-i.e. the FORWARD KL (mass-covering; what an SFT on teacher samples would optimize). Using k1 as
-a policy-gradient reward, or backpropagating k2, gives the reverse KL instead.
+per token, i.e. the FORWARD KL (mass-covering; what an SFT on teacher samples would optimize),
+at every state h_t the student visits: sum_t E_{h_t~S}[ grad KL(T(.|h_t) || S(.|h_t)) ] (the
+states come from the student, not the teacher). Using k1 as a policy-gradient reward, or
+backpropagating k2, gives the reverse KL instead.
 ``tests/test_losses_on_cpu.py`` checks this identity exactly on an enumerable toy policy.
 
 What is reused from verl 0.9.1: ``verl.trainer.ppo.core_algos.agg_loss`` for aggregation (so the
@@ -72,7 +74,7 @@ class _K3(torch.autograd.Function):
             dc = d.clamp(lo, hi)
             dk = torch.exp(dc).sub_(1.0)  # dK3/dd on [lo, hi]; equals the tangent slope above hi
             k = dc.neg_().add_(dk)
-            if d.min() < lo:  # rare (e.g. -inf teacher log-probs): constant there, zero derivative
+            if d.numel() and d.min() < lo:  # rare (e.g. -inf teacher log-probs): constant there, zero derivative
                 dk.mul_((d - lo).clamp_min_(0.0).sign_())
             k.add_(d.sub_(hi).clamp_min_(0.0), alpha=math.expm1(hi))
             if gate is not None:

@@ -94,6 +94,13 @@ def test_gradcheck_float64_across_all_three_regions():
     assert torch.autograd.gradcheck(lambda s: k3_kl(s, teacher, gate=gate), (student,))
 
 
+def test_k3_on_an_empty_micro_batch():
+    student = torch.zeros(3, 0, requires_grad=True)
+    k = k3_kl(student, torch.zeros(3, 0))
+    k.sum().backward()
+    assert k.shape == (3, 0)
+
+
 def test_k3_rejects_bad_shapes_and_thresholds():
     with pytest.raises(ValueError, match="same shape"):
         k3_kl(torch.zeros(2, 3), torch.zeros(2, 4))
