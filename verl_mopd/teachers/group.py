@@ -131,15 +131,24 @@ class PlatformTeacherGroup:
         self.worker_groups = dict(worker_groups)
 
     @classmethod
-    def build(cls, config: TeachersConfig, *, use_gpu: bool = True, num_threads: int | None = None):
-        """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded."""
+    def build(cls, config: TeachersConfig, *, use_gpu: bool = True, num_threads: int | None = None,
+              colocated_pool=None):
+        """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded.
+
+        ``colocated_pool``: the actor's ``RayResourcePool``; teachers with ``placement: colocated``
+        are placed on it (as verl colocates worker groups on one pool) instead of a pool of their own.
+        """
         server = [p for p, c in config.teachers.items() if c.backend == "server"]
         if server:
             raise ValueError(
                 f"mopd.teachers {server} use backend=server: configure verl's teacher loop with "
                 "verl_mopd.teachers.backends.server.to_distillation_config instead of a PlatformTeacherGroup"
             )
-        wgs = {p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads) for p, c in config.teachers.items()}
+        wgs = {
+            p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads,
+                                  resource_pool=colocated_pool if c.placement == "colocated" else None)
+            for p, c in config.teachers.items()
+        }
         return cls(config, wgs)
 
     # ------------------------------------------------------------------------------------------

@@ -112,11 +112,22 @@ class MOPDTrainerMixin:
         if teachers is not None and any(t.backend != "server" for t in teachers.teachers.values()):
             from verl_mopd.teachers import PlatformTeacherGroup
 
-            self.teacher_group = PlatformTeacherGroup.build(teachers, use_gpu=self.config.trainer.device != "cpu")
+            self.teacher_group = PlatformTeacherGroup.build(
+                teachers, use_gpu=self.config.trainer.device != "cpu", colocated_pool=self._actor_pool()
+            )
             # distillation.enabled stays false (no verl teacher servers); the actor still gets verl's
             # distillation_ppo_loss, bound to our loss config
             self.actor_rollout_wg.set_loss_fn(distillation_loss_fn(self.config))
         super().on_init_end()
+
+    def _actor_pool(self):
+        """The actor's RayResourcePool (where colocated teachers go)."""
+        from verl.trainer.ppo.utils import Role
+
+        for role in (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor):
+            if role in self.role_worker_mapping:
+                return self.resource_pool_manager.get_resource_pool(role)
+        raise RuntimeError(f"no actor role in {list(self.role_worker_mapping)}")
 
     # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state is ours -----
     def _save_checkpoint(self):
