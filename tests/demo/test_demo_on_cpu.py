@@ -85,8 +85,16 @@ def test_short_demo_with_the_ray_teacher_group(tmp_path):
     _check_run(summary, tmp_path, cfg, runs=("mopd",))
 
 
+def test_default_generation_budget_fits_every_target():
+    tok = build_tokenizer()
+    longest = max(len(tok(t.target)["input_ids"]) for t in make_tasks(400, seed=0))
+    assert longest + 1 <= DemoConfig().max_new_tokens  # + <eos>: a cut-off swipe would score invalid
+
+
 def test_bad_config_names_the_field():
     with pytest.raises(ValueError, match="demo.rollout_n=1"):
         DemoConfig(rollout_n=1)
     with pytest.raises(ValueError, match="demo.teachers='gpu'"):
         DemoConfig(teachers="gpu")
+    with pytest.raises(ValueError, match="demo.teacher_size='huge'"):
+        DemoConfig(teacher_size="huge")

@@ -10,6 +10,7 @@ from verl_mopd.demo.run import DemoConfig
 _HELP = {
     "steps": "stage-2 RL steps (MOPD and the no-KL GRPO baseline; mixed SFT gets as many)",
     "teacher_steps": "stage-1 SFT steps per platform teacher",
+    "teacher_lr": "stage-1 SFT learning rate of the teachers",
     "base_steps": "mixed-SFT steps of the student base before stage 2",
     "prompts_per_step": "prompts per RL step (half desktop, half mobile)",
     "rollout_n": "rollouts per prompt (GRPO group size)",
@@ -17,7 +18,8 @@ _HELP = {
     "beta": "distillation_loss_coef of mopd_k3",
     "tau_kl": "reward gate: KL off for groups whose mean gate metric exceeds this",
     "gate_metric": "reward gate metric: acc (1 iff fully correct) or score",
-    "size": "model size: tiny (64 hidden, 2 layers) or small (128, 3)",
+    "size": "student model size: tiny (64 hidden, 2 layers) or small (128, 3)",
+    "teacher_size": "teacher model size (tiny or small)",
     "eval_tasks": "held-out tasks for the final greedy comparison",
     "teachers": "ray: PlatformTeacherGroup hf workers on local Ray; local: same router, in-process",
     "out": "output folder (metrics.jsonl, summary.json, demo.png, teachers/)",
@@ -38,7 +40,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
             parser.set_defaults(**{f.name: default})
             continue
         kwargs = {"choices": ["ray", "local"]} if f.name == "teachers" else {}
-        if f.name == "size":
+        if f.name in ("size", "teacher_size"):
             kwargs = {"choices": ["tiny", "small"]}
         parser.add_argument(flag, type=type(default), default=default,
                             help=f"{_HELP.get(f.name, f.name)} (default: {default})", **kwargs)
