@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from verl_mopd.eval.messages import expand_images
 from verl_mopd.rewards import compute_score, parse_action, summarize
-from verl_mopd.rewards.score import make_configs, point_match, read_ground_truth, strict_targets
+from verl_mopd.rewards.score import make_configs, point_match, read_ground_truth, strict_targets, to_plain
 
 REQUIRED_COLUMNS = ("prompt", "reward_model")
 
@@ -49,19 +49,6 @@ class StepSample:
     messages: list[dict[str, Any]]
     ground_truth: Any
     extra_info: dict[str, Any]
-
-
-def _plain(v: Any) -> Any:
-    """numpy arrays / scalars from parquet -> Python lists / numbers (bytes stay bytes)."""
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, (bytes, str)) or v is None:
-        return v
-    if hasattr(v, "tolist"):
-        return _plain(v.tolist())
-    return v
 
 
 def sample_id(extra: Mapping[str, Any], index: int) -> str:
@@ -79,7 +66,7 @@ def sample_id(extra: Mapping[str, Any], index: int) -> str:
 
 def sample_from_row(row: Mapping[str, Any], index: int) -> StepSample:
     """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field."""
-    row = {k: _plain(v) for k, v in row.items()}
+    row = {k: to_plain(v) for k, v in row.items()}
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
         raise ValueError(f"row {index}: missing columns {missing}; a verl RL parquet has {list(REQUIRED_COLUMNS)}")

@@ -202,14 +202,14 @@ class GroundTruth:
     alternatives: tuple[tuple[Any, Any, Any], ...] = ()  # (label or action dict, bbox, bbox2)
 
 
-def _plain(v: Any) -> Any:
-    """numpy arrays/scalars (parquet struct columns) -> Python lists/numbers."""
+def to_plain(v: Any) -> Any:
+    """numpy arrays/scalars (parquet struct columns) -> Python lists/numbers; str and bytes stay."""
     if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: to_plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [to_plain(x) for x in v]
     if hasattr(v, "tolist") and not isinstance(v, str):
-        return _plain(v.tolist())
+        return to_plain(v.tolist())
     return v
 
 
@@ -218,7 +218,7 @@ def read_box(value: Any, field_name: str) -> Box | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        value = _plain(value)
+        value = to_plain(value)
     if isinstance(value, list) and len(value) == 0:
         return None
     if isinstance(value, list) and len(value) == 2 and all(isinstance(c, list) and len(c) == 2 for c in value):
@@ -521,7 +521,7 @@ def _strict(solution_str: Any, gt: GroundTruth, score_cfg: ScoreConfig, parse_cf
 
 def _ui_mopd(solution_str: Any, ground_truth: Any, extra_info: Mapping | None, thought: int) -> dict:
     text = solution_str if isinstance(solution_str, str) else ""
-    gt = _plain(ground_truth)
+    gt = to_plain(ground_truth)
     if isinstance(gt, str) and not gt.lstrip().startswith("{"):  # the release's own layout, as it reads it
         r = release_reward(text, gt, extra_info)
         try:
