@@ -40,6 +40,11 @@ setup(
             "torch==2.13.0",
             "pytest>=8",
             "hypothesis>=6.100",
+            # the online-eval harness tests: OSWorld's VM pins pyautogui 0.9.54 (its keyboard code runs
+            # against a recorded X display); MobileWorld's BaseAgent needs openai and loguru
+            "pyautogui==0.9.54",
+            "openai>=1.40",
+            "loguru>=0.7",
         ],
         # The GPU training stack, through verl's own extras (Megatron-Core + mbridge, SGLang).
         "megatron": ["verl[mcore]>=0.9.1,<0.10", "megatron-core>=0.16,<0.17"],

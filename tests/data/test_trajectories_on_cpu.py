@@ -96,17 +96,17 @@ def test_action_space_aliases_grid_and_rejects(tmp_path):
     bad = [
         {"action": "left_click", "coordinate": [10, 10]},  # desktop action on mobile
         {"action": "click", "coordinate": [150, 10]},  # outside the 100x50 screen
-        {"action": "ask_user", "text": "?"},  # valid mobile action, not offered to the student
         {"action": "swipe", "coordinate": [1, 1]},  # missing coordinate2
     ]
     for i, act in enumerate(bad):
         t = trajectory_from_dict(record(str(tmp_path), tid=f"b{i}", platform="mobile", actions=[act]))
         kept, drops = clean([t], CleanConfig(rules=("action_space",)))
         assert not kept and drops[0].rule == "action_space" and "step 0" in drops[0].detail, act
-    # the student's action set is configurable: offering ask_user keeps it
-    t = trajectory_from_dict(record(str(tmp_path), tid="ok", platform="mobile", actions=[bad[2]]))
-    sets = {"mobile": ("click", "ask_user"), "desktop": ("left_click",)}
-    assert clean([t], CleanConfig(rules=("action_space",), action_sets=sets))[0]
+    # the student's action set is configurable: ask_user is offered by default, not when left out
+    t = trajectory_from_dict(record(str(tmp_path), tid="ok", platform="mobile", actions=[{"action": "ask_user", "text": "?"}]))
+    assert clean([t], CleanConfig(rules=("action_space",)))[0]
+    sets = {"mobile": ("click",), "desktop": ("left_click",)}
+    assert not clean([t], CleanConfig(rules=("action_space",), action_sets=sets))[0]
 
 
 def test_unit_coords_and_bbox_to_grid():

@@ -60,7 +60,15 @@ OSWORLD_CASES = [
     (D(action="key", keys=["Control", "c"]), ["pyautogui.hotkey('ctrl', 'c')"]),
     (D(action="key", keys=["Return"]), ["pyautogui.press('enter')"]),
     (D(action="key", keys=["cmd", "space"]), ["pyautogui.hotkey('win', 'space')"]),
-    (D(action="type", text="it's \"ok\"\nnext"), ["pyautogui.write('it\\'s \"ok\"\\nnext')"]),
+    (D(action="type", text="it's \"ok\"\nnext"),
+     ["pyautogui.write('it\\'s \"ok\"'); pyautogui.press('enter'); pyautogui.write('next')"]),
+    (D(action="type", text="a<b"), ["pyautogui.write('a'); pyautogui.hotkey('shift', ','); pyautogui.write('b')"]),
+    (D(action="type", text="東京\n"),
+     ["import pyperclip; pyperclip.copy('東京'); pyautogui.hotkey('ctrl', 'v'); pyautogui.press('enter')"]),
+    (D(action="key", keys=["ctrl", "minus"]), ["pyautogui.hotkey('ctrl', '-')"]),
+    (D(action="key", keys=["Control_L", "less"]), ["pyautogui.hotkey('ctrl', 'shift', ',')"]),
+    (D(action="key", keys=["Menu"]), ["pyautogui.press('apps')"]),
+    (D(action="key", keys=["KP_Add"]), ["pyautogui.press('add')"]),
     (D(action="wait", time=2), ["WAIT"]),
     (D(action="terminate", status="success"), ["DONE"]),
     (D(action="terminate", status="failure"), ["FAIL"]),
@@ -73,12 +81,9 @@ def test_osworld_translation_table(action, expected):
     assert to_pyautogui(action, *DESK) == expected
 
 
-def test_osworld_typed_text_is_a_python_literal_that_evaluates_back():
-    import ast
-
-    text = "a'b\"c\\d\n\té"
-    code = to_pyautogui(D(action="type", text=text), *DESK)[0]
-    assert code.startswith("pyautogui.write(") and ast.literal_eval(code[len("pyautogui.write(") : -1]) == text
+def test_osworld_typed_text_is_python_that_compiles():
+    for text in ("a'b\"c\\d\n\té", "{0} %d {name} $HOME", "'\"'", "\\", "x\\"):
+        compile(to_pyautogui(D(action="type", text=text), *DESK)[0], "<vm>", "exec")
 
 
 MOBILE_CASES = [
@@ -90,9 +95,7 @@ MOBILE_CASES = [
     (M(action="system_button", button="back"), {"action_type": "navigate_back"}),
     (M(action="system_button", button="Home"), {"action_type": "navigate_home"}),
     (M(action="system_button", button="Enter"), {"action_type": "keyboard_enter"}),
-    (M(action="system_button", button="Menu"), {"action_type": "unknown", "text": "system_button 'Menu' has no MobileWorld action"}),
     (M(action="key", text="KEYCODE_BACK"), {"action_type": "navigate_back"}),
-    (M(action="key", text="volume_up"), {"action_type": "unknown", "text": "key 'volume_up' has no MobileWorld action"}),
     (M(action="open", text="Settings"), {"action_type": "open_app", "app_name": "Settings"}),
     (M(action="wait", time=1), {"action_type": "wait"}),
     (M(action="terminate", status="success"), {"action_type": "finished", "text": "success"}),
@@ -105,6 +108,15 @@ MOBILE_CASES = [
 @pytest.mark.parametrize("action,expected", MOBILE_CASES, ids=[c[0].action for c in MOBILE_CASES])
 def test_mobileworld_translation_table(action, expected):
     assert to_json_action(action, *PHONE) == expected
+
+
+def test_mobileworld_refuses_what_it_cannot_execute():
+    from verl_mopd.eval.agent import Unsupported
+
+    with pytest.raises(Unsupported, match="system_button 'Menu' has no MobileWorld action"):
+        to_json_action(M(action="system_button", button="Menu"), *PHONE)
+    with pytest.raises(Unsupported, match="key 'volume_up' has no MobileWorld action"):
+        to_json_action(M(action="key", text="volume_up"), *PHONE)
 
 
 def test_translators_refuse_the_other_platform():
@@ -152,9 +164,10 @@ def test_osworld_agent_step_budget_and_invalid_policy():
     shot = png(100, 50)
     assert agent.predict("x", {"screenshot": shot})[1] == ["WAIT"]
     assert agent.predict("x", {"screenshot": shot})[1] == ["WAIT"]
-    assert agent.predict("x", {"screenshot": shot})[1] == ["FAIL"]  # budget spent, the model is not called
+    assert agent.predict("x", {"screenshot": shot})[1] == []  # budget spent: no action, never FAIL
+    assert len(agent.complete.sent) == 2  # the model is not called past the budget
     with pytest.raises(ValueError, match="on_invalid"):
-        OSWorldAgent(lambda m: "", on_invalid="retry")
+        OSWorldAgent(lambda m: "", on_invalid="fail")
     assert OSWorldAgent(lambda m: "").max_steps == 30
 
 
@@ -168,6 +181,7 @@ def test_mobileworld_agent_on_recorded_observations():
         call("mobile_use", action="swipe", coordinate=[500, 900], coordinate2=[500, 100]),
         "<think>unfinished",
     ])
+    model.responses.append("still no call")
     agent = MobileWorldAgent(model, action_factory=dict)
     assert agent.initialize("Set an alarm")
     obs = {"screenshot": screen, "tool_call": None, "ask_user_response": None}
@@ -176,7 +190,8 @@ def test_mobileworld_agent_on_recorded_observations():
     assert agent.predict({**obs, "ask_user_response": "7 am"})[1] == {
         "action_type": "drag", "start_x": 540, "start_y": 2160, "end_x": 540, "end_y": 240}
     assert "the user answered: 7 am" in model.sent[2][1]["content"][0]["text"]
-    assert agent.predict(obs)[1] == {"action_type": "unknown", "text": "unparseable response: unclosed_think"}
+    assert agent.predict(obs)[1] == {"action_type": "wait"}  # unparseable, re-asked once, still: wait
+    assert len(model.sent) == 5 and agent.get_total_token_usage() == {}
     agent.done()
     with pytest.raises(RuntimeError, match="initialize"):
         agent.predict(obs)

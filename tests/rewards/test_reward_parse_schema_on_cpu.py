@@ -68,8 +68,8 @@ def test_prompt_and_parser_share_one_schema():
         text = system_prompt(platform)
         assert "<tools>" in text and "<tool_call>" in text
         assert json.loads(text.split("<tools>\n")[1].split("\n</tools>")[0]) == tool_definition(platform)
-    assert "ask_user" not in system_prompt("mobile")  # offered only on request
-    assert "ask_user" in system_prompt("mobile", actions=["click", "ask_user"])
+    assert "ask_user" in system_prompt("mobile")  # as MobileWorld's and the UI-MOPD release's mobile prompts
+    assert "ask_user" not in system_prompt("mobile", actions=["click", "terminate"])
     with pytest.raises(ValueError, match="allowed mobile actions"):
         system_prompt("mobile", actions=["left_click"])
 

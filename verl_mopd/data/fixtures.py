@@ -112,7 +112,7 @@ def make_fixture(out_dir: str, per_platform: int = 4, seed: int = 0) -> str:
     r["steps"][1]["screenshot"] = "imgs/missing.png"
     records.append(r)
     r = build("bad-action_space", "mobile", 3)
-    r["steps"][0]["action"] = {"action": "ask_user", "text": "which one?"}  # not offered to the student
+    r["steps"][0]["action"] = {"action": "left_click", "coordinate": [10, 10]}  # a desktop action on mobile
     records.append(r)
     records.append(build("bad-max_steps", "desktop", 41))
     records.append(build("bad-env_mismatch", "desktop", 3, env_mismatch=True))

@@ -50,15 +50,21 @@ class StepPrompter:
             the screenshot goes.
         history_n: how many previous actions to show (most recent last); None shows all (as
             ``prepare`` does by default), 0 none.
+        actions: the actions the system prompt offers (default
+            :data:`~verl_mopd.rewards.actions.DEFAULT_PROMPT_ACTIONS`, as ``prepare``); set it to
+            the ``action_sets`` the student was trained with.
     """
 
     platform: str
     user_template: str = DEFAULT_USER_TEMPLATE
     history_n: int | None = None
+    actions: tuple[str, ...] | None = None
     history: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        system_prompt(self.platform)  # validates the platform
+        if self.actions is not None:
+            self.actions = tuple(self.actions)
+        self.system = system_prompt(self.platform, self.actions)  # validates platform and actions
         if self.user_template.count("<image>") != 1:
             raise ValueError(f"user_template={self.user_template!r}: needs exactly one <image> for the screenshot")
         if self.history_n is not None and not (isinstance(self.history_n, int) and self.history_n >= 0):
@@ -76,7 +82,7 @@ class StepPrompter:
         parts.append({"type": "image", "image": screenshot})
         if after:
             parts.append({"type": "text", "text": after})
-        return [{"role": "system", "content": system_prompt(self.platform)}, {"role": "user", "content": parts}]
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": parts}]
 
     def record(self, action: Action | ParseError, note: str | None = None) -> None:
         entry = json.dumps(action.to_arguments(), ensure_ascii=False) if isinstance(action, Action) else "(invalid output)"
@@ -86,12 +92,53 @@ class StepPrompter:
         self.history.clear()
 
 
+class Unsupported(ValueError):
+    """A valid action that the harness cannot execute (e.g. a key with no keycode there)."""
+
+
+@dataclass
+class Outcome:
+    """One online step: the last response, the harness action (None when there is none), why not."""
+
+    response: str | None
+    output: Any = None
+    reason: str | None = None
+
+
 def ask(
-    complete: Callable[[list[dict[str, Any]]], str], prompter: StepPrompter, instruction: str, screenshot: bytes
-) -> tuple[str, Action | ParseError]:
-    """One model call: the response text and its parsed action (the reward's parser)."""
-    response = complete(prompter.messages(instruction, screenshot))
-    return response, parse_action(response, prompter.platform)
+    complete: Callable[[list[dict[str, Any]]], str | None],
+    prompter: StepPrompter,
+    instruction: str,
+    screenshot: bytes,
+    translate: Callable[[Action], Any],
+    attempts: int = 1,
+) -> Outcome:
+    """Ask the model until it gives an action the harness can execute, at most ``attempts`` times.
+
+    Each reply is parsed by the reward's parser and translated; an unparseable reply or an
+    :class:`Unsupported` action is recorded in the history (so the next ask reads differently, even
+    with greedy decoding) and asked again. A client that returns None (it gave up) ends the step
+    with ``response=None``.
+    """
+    outcome = Outcome(None)
+    for _ in range(attempts):
+        response = complete(prompter.messages(instruction, screenshot))
+        if response is None:
+            return Outcome(None, reason="the model client returned no response")
+        action = parse_action(response, prompter.platform)
+        if not action:
+            prompter.record(action)
+            outcome = Outcome(response, reason=f"unparseable response ({action.reason})")
+            continue
+        try:
+            output = translate(action)
+        except Unsupported as e:
+            prompter.record(action, note=f"not executed: {e}")
+            outcome = Outcome(response, reason=str(e))
+            continue
+        prompter.record(action)
+        return Outcome(response, output)
+    return outcome
 
 
 def screenshot_size(screenshot: Any) -> tuple[int, int]:

@@ -1,13 +1,33 @@
 """MobileWorld agent: screenshot -> our ``mobile_use`` prompt -> model -> the harness's ``JSONAction``.
 
-Written against MobileWorld's agent interface (Tongyi-MAI/MobileWorld,
-``mobile_world/agents/base.py::BaseAgent`` and ``core/runner.py``): the runner calls
-``agent.initialize(goal)``, then per step ``prediction, action = agent.predict(observation)``
-with ``observation["screenshot"]`` (a PIL image of the device screen), ``"tool_call"`` and
-``"ask_user_response"``; it ends the episode on ``finished``/``unknown``/``answer`` actions or at
-``max_step``, and sends every other action to the device server, which runs it over adb
-(``core/server.py::step``). MobileWorld also runs AndroidWorld's tasks through the same agent
-interface (its ``docs/android_world_integration.md``), so one adapter covers both suites.
+Written against MobileWorld's agent interface (Tongyi-MAI/MobileWorld, read at the commits named
+in tests/eval/harness/README.md): ``mw eval`` builds the agent with
+``agents/registry.py::create_agent``, which for ``--agent-type path/to/file.py`` loads the first
+class in that file that subclasses ``mobile_world.agents.base.BaseAgent`` and calls it as
+``cls(model_name=..., llm_base_url=..., api_key=..., env=..., **more)``. The runner
+(``core/runner.py::_execute_single_task``) then calls ``agent.initialize(goal)``, per step
+``prediction, action = agent.predict(observation)`` with ``observation["screenshot"]`` (a PIL
+image of the device screen), ``"tool_call"`` and ``"ask_user_response"``, logs
+``action.model_dump(...)`` with ``agent.get_total_token_usage()``, stops when ``prediction`` is
+None, ends the episode on ``finished``/``unknown`` (not executed) and ``answer`` (executed), sends
+every other action to the device server (``core/server.py::step``, adb), and stops at ``max_step``;
+finally it scores the task and calls ``agent.done()``.
+
+Two classes: :class:`MobileWorldAgent` works around any client (``complete(messages) -> str``)
+and has the runner's whole interface; :class:`VerlMopdMobileWorldAgent` (defined only where
+``mobile_world`` imports) is the ``BaseAgent`` subclass that ``--agent-type`` loads: it calls the
+model through ``BaseAgent``'s own OpenAI client, so the runner's token counters are real. Pass this
+file to MobileWorld:
+
+    mw eval --agent-type "$(python -c 'import verl_mopd.eval.mobileworld as m; print(m.__file__)')" \\
+        --model-name MODEL --llm-base-url http://HOST:PORT/v1 --max-step 30 --task ALL ...
+
+``--max-step`` is required in practice: without it MobileWorld passes ``max_step=-1`` ("unlimited")
+but its loop tests ``step >= max_step`` after the first step, so every task runs ONE step. Options
+that the ``mw`` command line cannot pass are read from the environment when the class is built:
+``VERL_MOPD_MAX_STEPS`` (30), ``VERL_MOPD_ON_INVALID`` (``retry``), ``VERL_MOPD_HISTORY_N``
+(all), ``VERL_MOPD_MOBILE_ACTIONS`` (comma-separated prompt actions; default every mobile action,
+``ask_user`` included), ``VERL_MOPD_MAX_TOKENS`` (2048), ``VERL_MOPD_TEMPERATURE`` (0).
 
 Translation (:func:`to_json_action`; pixels are of the screenshot, from the 0-1000 grid with
 :func:`~verl_mopd.eval.agent.grid_to_pixel`; the dict has the keys of MobileWorld's
@@ -21,41 +41,52 @@ swipe                          ``{"action_type": "drag", "start_x", "start_y", "
                                (the harness's ``swipe``/``scroll`` take only a direction)
 type                           ``{"action_type": "input_text", "text"}``
 system_button Back/Home/Enter  ``navigate_back`` / ``navigate_home`` / ``keyboard_enter``
-key back/home/enter            the same three (other keys have no MobileWorld action: ``unknown``)
+key back/home/enter            the same three
 open                           ``{"action_type": "open_app", "app_name"}``
 wait                           ``{"action_type": "wait"}``
 terminate                      ``{"action_type": "finished", "text": status}`` (ends the episode)
-answer / ask_user              ``{"action_type": "answer"|"ask_user", "text"}``
+answer / ask_user              ``{"action_type": "answer"|"ask_user", "text"}``; the user's reply
+                               comes back as ``ask_user_response`` and joins the action history
 =============================  ====================================================================
 
-``system_button`` Menu and keys other than back/home/enter become ``{"action_type": "unknown",
-"text": reason}``, which the runner treats as the end of the episode, as it does for an
-unparseable response (MobileWorld's own agents do the same). Past ``max_steps`` (30) the agent
-answers ``finished`` with status ``failure``.
+``system_button`` Menu and keys other than back/home/enter have no MobileWorld action
+(:class:`~verl_mopd.eval.agent.Unsupported`); they are handled like an unparseable reply, by
+``on_invalid``: ``"retry"`` (default) asks the model once more within the step (the history now
+shows the refused reply) and then waits; ``"wait"`` waits at once; ``"end"`` answers ``unknown``,
+which ends the episode. MobileWorld's own Qwen3-VL agent re-asks until a reply parses. Past
+``max_steps`` (30) the agent answers ``finished`` (the checker still decides the score).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Sequence
 
 from verl_mopd.eval.agent import (
     DEFAULT_MAX_STEPS,
     DEFAULT_USER_TEMPLATE,
     StepPrompter,
+    Unsupported,
     ask,
     grid_to_pixel,
     screenshot_size,
     to_png,
 )
+from verl_mopd.eval.messages import to_openai
 from verl_mopd.rewards import Action
 from verl_mopd.rewards.actions import normalize_key
 
 _BUTTONS = {"Back": "navigate_back", "Home": "navigate_home", "Enter": "keyboard_enter"}
 _KEYS = {"back": "navigate_back", "home": "navigate_home", "enter": "keyboard_enter"}
+ON_INVALID = ("retry", "wait", "end")
 
 
 def to_json_action(action: Action, width: int, height: int) -> dict[str, Any]:
-    """One mobile :class:`Action` -> MobileWorld ``JSONAction`` keyword arguments (module table)."""
+    """One mobile :class:`Action` -> MobileWorld ``JSONAction`` keyword arguments (module table).
+
+    Raises :class:`~verl_mopd.eval.agent.Unsupported` for a button or key MobileWorld has no
+    action for.
+    """
     if action.platform != "mobile":
         raise ValueError(f"action.platform={action.platform!r}: MobileWorld takes mobile (mobile_use) actions")
     name = action.action
@@ -71,12 +102,12 @@ def to_json_action(action: Action, width: int, height: int) -> dict[str, Any]:
     if name == "system_button":
         if action.button in _BUTTONS:
             return {"action_type": _BUTTONS[action.button]}
-        return {"action_type": "unknown", "text": f"system_button {action.button!r} has no MobileWorld action"}
+        raise Unsupported(f"system_button {action.button!r} has no MobileWorld action (allowed: {list(_BUTTONS)})")
     if name == "key":
         key = normalize_key(action.text)
         if key in _KEYS:
             return {"action_type": _KEYS[key]}
-        return {"action_type": "unknown", "text": f"key {action.text!r} has no MobileWorld action"}
+        raise Unsupported(f"key {action.text!r} has no MobileWorld action (allowed: {list(_KEYS)})")
     if name == "open":
         return {"action_type": "open_app", "app_name": action.text}
     if name == "wait":
@@ -98,35 +129,41 @@ def default_action_factory() -> Callable[[dict[str, Any]], Any]:
 
 
 class MobileWorldAgent:
-    """A MobileWorld agent around any client (``complete(messages) -> str``).
+    """A MobileWorld agent around any client (``complete(messages) -> str``; None = gave up).
 
-    Subclass-free on purpose: MobileWorld's ``BaseAgent`` only adds an OpenAI client and token
-    counters, and its runner calls exactly ``initialize``, ``predict``, ``done`` and, through
-    ``done``, ``reset``. Register it with MobileWorld's agent registry (a factory that returns
-    ``MobileWorldAgent(OpenAIClient(llm_base_url, model_name).complete)``).
+    Has every method MobileWorld's runner calls: ``initialize``, ``predict``,
+    ``get_total_token_usage`` (empty here: the client does not report usage), ``done`` and, through
+    ``done``, ``reset``. For ``mw eval --agent-type`` use :class:`VerlMopdMobileWorldAgent`.
 
     Args:
         complete: the model client's ``complete``.
-        max_steps: the step budget (30); run the harness with ``--max-step 30`` as well.
-        user_template, history_n: the step prompt (:class:`~verl_mopd.eval.agent.StepPrompter`).
+        max_steps: the step budget (30): ``predict`` calls; run the harness with ``--max-step 30``.
+        user_template, history_n, actions: the step prompt
+            (:class:`~verl_mopd.eval.agent.StepPrompter`).
+        on_invalid: ``"retry"``, ``"wait"`` or ``"end"`` (module docstring).
         action_factory: builds the returned action from the dict (default: MobileWorld's
             ``JSONAction`` when installed).
     """
 
     def __init__(
         self,
-        complete: Callable[[list[dict[str, Any]]], str],
+        complete: Callable[[list[dict[str, Any]]], str | None],
         *,
         max_steps: int = DEFAULT_MAX_STEPS,
         user_template: str = DEFAULT_USER_TEMPLATE,
         history_n: int | None = None,
+        actions: Sequence[str] | None = None,
+        on_invalid: str = "retry",
         action_factory: Callable[[dict[str, Any]], Any] | None = None,
     ):
         if not (isinstance(max_steps, int) and max_steps >= 1):
             raise ValueError(f"max_steps={max_steps!r}: must be an int >= 1")
+        if on_invalid not in ON_INVALID:
+            raise ValueError(f"on_invalid={on_invalid!r}: allowed {list(ON_INVALID)}")
         self.complete = complete
         self.max_steps = max_steps
-        self.prompter = StepPrompter("mobile", user_template, history_n)
+        self.on_invalid = on_invalid
+        self.prompter = StepPrompter("mobile", user_template, history_n, actions)
         self.make_action = action_factory or default_action_factory()
         self.instruction: str | None = None
         self.steps = 0
@@ -144,22 +181,106 @@ class MobileWorldAgent:
         self.instruction = None
         self.reset()
 
-    def predict(self, observation: dict[str, Any]) -> tuple[str, Any]:
+    def get_total_token_usage(self) -> dict[str, int]:
+        return {}
+
+    def predict(self, observation: dict[str, Any]) -> tuple[str | None, Any]:
         if self.instruction is None:
             raise RuntimeError("predict() before initialize(instruction)")
         answer = observation.get("ask_user_response")
         if answer is not None and self.prompter.history:
             self.prompter.history[-1] += f" -> the user answered: {answer}"
         if self.steps >= self.max_steps:
-            return f"step budget of {self.max_steps} reached", self.make_action({"action_type": "finished", "text": "failure"})
+            return f"step budget of {self.max_steps} spent", self.make_action({"action_type": "finished", "text": "failure"})
         self.steps += 1
         screenshot = observation["screenshot"]
         width, height = screenshot_size(screenshot)
-        response, action = ask(self.complete, self.prompter, self.instruction, to_png(screenshot))
-        self.prompter.record(action)
-        if not action:
-            return response, self.make_action({"action_type": "unknown", "text": f"unparseable response: {action.reason}"})
-        return response, self.make_action(to_json_action(action, width, height))
+        attempts = 2 if self.on_invalid == "retry" else 1
+        out = ask(self.complete, self.prompter, self.instruction, to_png(screenshot),
+                  lambda a: to_json_action(a, width, height), attempts)
+        if out.response is None:  # the client gave up: the runner stops on a None prediction
+            return None, self.make_action({"action_type": "unknown", "text": out.reason})
+        if out.output is None:
+            if self.on_invalid == "end":
+                return out.response, self.make_action({"action_type": "unknown", "text": out.reason})
+            return out.response, self.make_action({"action_type": "wait"})
+        return out.response, self.make_action(out.output)
 
 
-__all__ = ["MobileWorldAgent", "default_action_factory", "to_json_action"]
+def _env_options(environ: dict[str, str]) -> dict[str, Any]:
+    """The agent options of the module docstring from ``VERL_MOPD_*`` variables (unset: default)."""
+    out: dict[str, Any] = {}
+
+    def number(name: str, kind: type) -> Any:
+        raw = environ[name]
+        try:
+            return kind(raw)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r}: expected {'an int' if kind is int else 'a number'}") from None
+
+    if "VERL_MOPD_MAX_STEPS" in environ:
+        out["max_steps"] = number("VERL_MOPD_MAX_STEPS", int)
+    if "VERL_MOPD_HISTORY_N" in environ:
+        out["history_n"] = number("VERL_MOPD_HISTORY_N", int)
+    if "VERL_MOPD_ON_INVALID" in environ:
+        out["on_invalid"] = environ["VERL_MOPD_ON_INVALID"]
+    if "VERL_MOPD_MOBILE_ACTIONS" in environ:
+        out["actions"] = tuple(a.strip() for a in environ["VERL_MOPD_MOBILE_ACTIONS"].split(",") if a.strip())
+    if "VERL_MOPD_MAX_TOKENS" in environ:
+        out["max_tokens"] = number("VERL_MOPD_MAX_TOKENS", int)
+    if "VERL_MOPD_TEMPERATURE" in environ:
+        out["temperature"] = number("VERL_MOPD_TEMPERATURE", float)
+    return out
+
+
+try:  # MobileWorld is optional: this module must import without it
+    from mobile_world.agents.base import BaseAgent as _BaseAgent
+except ImportError:
+    _BaseAgent = None
+
+if _BaseAgent is not None:
+
+    class VerlMopdMobileWorldAgent(_BaseAgent):
+        """The ``BaseAgent`` subclass ``mw eval --agent-type <this file>`` loads.
+
+        Built by MobileWorld as ``cls(model_name=..., llm_base_url=..., api_key=..., env=...,
+        ...)``; keyword options (``max_steps``, ``on_invalid``, ``history_n``, ``actions``,
+        ``max_tokens``, ``temperature``) override the ``VERL_MOPD_*`` environment variables. The
+        model is called with ``BaseAgent.openai_chat_completions_create`` (its retries, its token
+        counters); a call that still fails after them ends the task as MobileWorld's own agents do.
+        """
+
+        def __init__(self, model_name: str, llm_base_url: str, api_key: str | None = "empty", **kwargs: Any):
+            options = {**_env_options(os.environ), **{k: kwargs.pop(k) for k in list(kwargs) if k in _OPTIONS}}
+            super().__init__(**kwargs)
+            self.model_name = model_name
+            self.max_tokens = options.pop("max_tokens", 2048)
+            self.temperature = options.pop("temperature", 0.0)
+            self.build_openai_client(llm_base_url, api_key)
+            self.agent = MobileWorldAgent(self._complete, **options)
+
+        def _complete(self, messages: list[dict[str, Any]]) -> str | None:
+            return self.openai_chat_completions_create(
+                self.model_name, to_openai(messages), temperature=self.temperature, max_tokens=self.max_tokens
+            )
+
+        def initialize(self, instruction: str) -> bool:
+            super().initialize(instruction)
+            return self.agent.initialize(instruction)
+
+        def predict(self, observation: dict[str, Any]) -> tuple[str | None, Any]:
+            return self.agent.predict(observation)
+
+        def reset(self) -> None:
+            self.agent.reset()
+
+        def done(self) -> None:
+            super().done()
+            self.agent.done()
+
+
+_OPTIONS = ("max_steps", "on_invalid", "history_n", "actions", "max_tokens", "temperature")
+
+__all__ = ["MobileWorldAgent", "default_action_factory", "to_json_action"] + (
+    ["VerlMopdMobileWorldAgent"] if _BaseAgent is not None else []
+)

@@ -194,12 +194,15 @@ ACTION_SPECS: Mapping[str, Mapping[str, ActionSpec]] = MappingProxyType(
     }
 )
 
-# Default action sets offered in the prompt. Qwen3's own mobile prompt omits `key` and `open`
-# and MobileWorld adds `ask_user`; the schema keeps the superset, the prompt picks.
+# Default action sets offered in the prompt (training prompts of `prepare` and the online
+# adapters alike): every action of the schema. Mobile offers `ask_user` as MobileWorld's own
+# prompt does (44 of its 161 GUI tasks need the user's answer) and as the UI-MOPD release's mobile
+# prompt does (EliSpectre/UI-MOPD data/sft/generate_mobile_sft_parquet.py, 7fa168d). Pass
+# `actions=` to system_prompt / action_sets= to prepare for a narrower set.
 DEFAULT_PROMPT_ACTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "desktop": tuple(s.name for s in _DESKTOP),
-        "mobile": tuple(s.name for s in _MOBILE if s.name != "ask_user"),
+        "mobile": tuple(s.name for s in _MOBILE),
     }
 )
 
@@ -235,8 +238,9 @@ ACTION_ALIASES: Mapping[str, Mapping[str, str]] = MappingProxyType(
     }
 )
 
-# Canonical key names (lower case, pyautogui/xdotool style). Aliases collapse to one name so
-# that key sets compare as the keyboard sees them.
+# Canonical key names (lower case, pyautogui/xdotool style; a printable character is its own
+# name, "-" not "minus"). Aliases collapse to one name so that key sets compare as the keyboard
+# sees them; left/right modifiers collapse to the modifier.
 KEY_ALIASES: Mapping[str, str] = MappingProxyType(
     {
         "control": "ctrl",
@@ -270,6 +274,44 @@ KEY_ALIASES: Mapping[str, str] = MappingProxyType(
         "arrowright": "right",
         "ins": "insert",
         "caps_lock": "capslock",
+        # X11 keysym names (what xdotool and X11-trained models write) for the same keys
+        "control_l": "ctrl",
+        "control_r": "ctrl",
+        "shift_l": "shift",
+        "shift_r": "shift",
+        "lshift": "shift",
+        "rshift": "shift",
+        "alt_l": "alt",
+        "alt_r": "alt",
+        "lalt": "alt",
+        "ralt": "alt",
+        "super_l": "super",
+        "super_r": "super",
+        "meta_l": "super",
+        "meta_r": "super",
+        "apps": "menu",
+        "num_lock": "numlock",
+        "scroll_lock": "scrolllock",
+        "print_screen": "print",
+        "printscreen": "print",
+        "prtsc": "print",
+        "prtscr": "print",
+        "prntscrn": "print",
+        "kp_return": "enter",
+        # pyautogui's names of the keypad keys
+        "add": "kp_add",
+        "subtract": "kp_subtract",
+        "multiply": "kp_multiply",
+        "divide": "kp_divide",
+        "decimal": "kp_decimal",
+        **{f"num{d}": f"kp_{d}" for d in range(10)},
+        **{name: char for char, name in zip(
+            "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
+            "exclam quotedbl numbersign dollar percent ampersand apostrophe parenleft parenright asterisk"
+            " plus comma minus period slash colon semicolon less equal greater question at bracketleft"
+            " backslash bracketright asciicircum underscore grave braceleft bar braceright asciitilde".split(),
+            strict=True,
+        )},
     }
 )
 
