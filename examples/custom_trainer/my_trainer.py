@@ -6,7 +6,7 @@
 the actor update) and adds four calls from ``verl_mopd.trainer.hooks``, the same ones our own
 ``mopd_sync`` trainer makes:
 
-1. ``__init__``: keep verl's ``sync`` semantics under our own trainer name (verl's base class
+1. ``__init__``: keep verl's ``sync`` semantics under its own trainer name (verl's base class
    branches on the mode *name*), and read the ``mopd.*`` gate keys (``tau_kl``, ``gate_metric``, ...).
 2. ``on_init_end``: build the teachers that run as verl worker groups (``backend: hf`` or
    ``megatron``; one per routing value) and give the actor verl's ``distillation_ppo_loss`` with

@@ -2,9 +2,8 @@
 
 A verl 0.9.1 v1 trainer (a subclass of ``PPOTrainerSync``, ``PPOTrainerSeparateAsync`` or
 ``PPOTrainerColocateAsync`` registered with verl's ``register_trainer``) gets MOPD from four
-calls in three of verl's own hooks. ``verl_mopd.trainer.mopd_trainer`` makes exactly these calls,
-and so does
-``examples/custom_trainer/my_trainer.py``::
+calls in three of verl's own hooks. ``verl_mopd.trainer.mopd_trainer`` makes exactly these
+calls, and so does ``examples/custom_trainer/my_trainer.py``::
 
     from verl_mopd.trainer import hooks
 
@@ -201,8 +200,9 @@ def setup_teachers_and_loss(trainer):
 
     With worker teachers the actor gets :func:`distillation_loss_fn` through verl's
     ``set_loss_fn`` (``distillation.enabled`` is false, so verl's worker would otherwise train
-    with its plain PPO loss). With server teachers (or none) nothing is changed: verl's worker
-    already builds ``distillation_ppo_loss`` from ``distillation.distillation_loss``.
+    with its plain PPO loss). With server teachers nothing is changed: ``distillation.enabled`` is
+    true and verl's worker already builds ``distillation_ppo_loss`` from
+    ``distillation.distillation_loss``. Without teachers there is no teacher KL to add.
 
     Returns:
         the teacher group, or None (pass it to :func:`write_gate_and_teacher_logprobs`).
