@@ -15,22 +15,32 @@ What the hooks add, per ``_step_once`` batch (whole GRPO groups, on the driver):
    (verl hides plugin import failures); with worker-backend teachers, build the teacher group and
    give the actor verl's ``distillation_ppo_loss`` with our loss config through ``set_loss_fn``
    (``distillation.enabled`` stays false there, so verl starts no teacher servers).
+
+Both hooks are the public calls of ``verl_mopd.trainer.hooks``, which any verl v1 trainer can make
+(``examples/custom_trainer``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from functools import partial
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
+from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay importable from here)
+    distillation_loss_fn,
+    gate_config_from,
+    set_verl_trainer_mode,
+    setup_teachers_and_loss,
+    teachers_config_from,
+    write_gate_and_teacher_logprobs,
+)
 
 # verl_mopd.config and .gate are imported where used: this module is imported by register() while
 # `import verl` runs (the verl.plugins entry point), possibly from inside verl_mopd.config's own
@@ -44,16 +54,6 @@ MOPD_TRAINER_MODES = {
     "mopd_separate_async": "separate_async",
     "mopd_colocate_async": "colocate_async",
 }
-
-
-def gate_config_from(config: DictConfig):
-    """The ``mopd`` gate keys of the run config as ``MOPDGateConfig`` (other keys ignored)."""
-    from verl_mopd.config import MOPDGateConfig
-
-    block = config.get("mopd", None) or {}
-    block = OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
-    fields = MOPDGateConfig.__dataclass_fields__
-    return MOPDGateConfig(**{k: v for k, v in block.items() if k in fields and not k.startswith("_")})
 
 
 def _node_registration_report() -> list[tuple[str, bool]]:
@@ -89,12 +89,9 @@ class MOPDTrainerMixin:
             )
         # verl's base trainer branches on trainer_mode ("sync" vs async); it selected this class by
         # name already, so from here on the run has verl's mode semantics.
-        with open_dict(config):
-            config.trainer.v1.trainer_mode = MOPD_TRAINER_MODES[requested]
-        self.mopd_trainer_mode = requested
+        self.mopd_trainer_mode = set_verl_trainer_mode(config, MOPD_TRAINER_MODES[requested])
         self.mopd_gate = gate_config_from(config)
         self.teacher_group = None
-        self._think_end_token_id: int | None = None
         self._held_prompts: list = []  # drawn prompts of paused domains (domain-aware refill)
         super().__init__(config)
 
@@ -108,26 +105,10 @@ class MOPDTrainerMixin:
                 f"loss_mode={MOPD_LOSS_MODE} is not registered on Ray node(s) {missing}: install verl-mopd "
                 "in the environment of every node (the verl.plugins entry point registers it in each worker)"
             )
-        teachers = teachers_config_from(self.config)
-        if teachers is not None and any(t.backend != "server" for t in teachers.teachers.values()):
-            from verl_mopd.teachers import PlatformTeacherGroup
-
-            self.teacher_group = PlatformTeacherGroup.build(
-                teachers, use_gpu=self.config.trainer.device != "cpu", colocated_pool=self._actor_pool()
-            )
-            # distillation.enabled stays false (no verl teacher servers); the actor still gets verl's
-            # distillation_ppo_loss, bound to our loss config
-            self.actor_rollout_wg.set_loss_fn(distillation_loss_fn(self.config))
+        # worker-backend teachers, and verl's distillation_ppo_loss for the actor (distillation.enabled
+        # stays false: no verl teacher servers); server teachers are verl's own loop
+        self.teacher_group = setup_teachers_and_loss(self)
         super().on_init_end()
-
-    def _actor_pool(self):
-        """The actor's RayResourcePool (where colocated teachers go)."""
-        from verl.trainer.ppo.utils import Role
-
-        for role in (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor):
-            if role in self.role_worker_mapping:
-                return self.resource_pool_manager.get_resource_pool(role)
-        raise RuntimeError(f"no actor role in {list(self.role_worker_mapping)}")
 
     # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state is ours -----
     def _save_checkpoint(self):
@@ -186,27 +167,8 @@ class MOPDTrainerMixin:
         return self._submit_batch_to_rollout(tu.concat_tensordict(chosen))
 
     # -- per step ---------------------------------------------------------------------------
-    def _think_end_id(self) -> int | None:
-        if not self.mopd_gate.kl_skip_thought:
-            return None
-        if self._think_end_token_id is None:
-            token = self.mopd_gate.think_end_token
-            token_id = self.tokenizer.convert_tokens_to_ids(token)
-            if token_id is None or token_id == getattr(self.tokenizer, "unk_token_id", None):
-                raise ValueError(f"mopd.think_end_token={token!r} is not a single token of the student's tokenizer")
-            self._think_end_token_id = int(token_id)
-        return self._think_end_token_id
-
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
-        from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
-
-        from verl_mopd.trainer.gate import write_kl_gate
-
-        metrics.update(
-            write_kl_gate(batch, self.mopd_gate, tq=trainer_base.tq, think_end_token_id=self._think_end_id())
-        )
-        if self.teacher_group is not None:
-            metrics.update(score_teachers(self.teacher_group, batch, trainer_base.tq))
+        metrics.update(write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.teacher_group))
         return super()._compute_advantage(batch, metrics)
 
 
@@ -229,20 +191,6 @@ class MOPDTrainerSeparateAsync(MOPDTrainerMixin, PPOTrainerSeparateAsync):
 @register_trainer("mopd_colocate_async")
 class MOPDTrainerColocateAsync(MOPDTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocate-async v1 trainer with the MOPD hooks."""
-
-
-def teachers_config_from(config: DictConfig):
-    """``TeachersConfig`` of the run's ``mopd`` block, or None when it configures no teachers."""
-    from verl_mopd.teachers.config import TeachersConfig
-    from verl_mopd.trainer.validate import TEACHER_KEYS
-
-    block = config.get("mopd", None)
-    if block is None:
-        return None
-    block = OmegaConf.to_container(block, resolve=True)
-    if not block.get("teachers"):
-        return None
-    return TeachersConfig.from_mapping({k: v for k, v in block.items() if k in TEACHER_KEYS})
 
 
 def to_full_sequence(response_logp, prompt_lens, response_lens):
@@ -285,27 +233,3 @@ def score_teachers(group, batch, tq) -> dict:
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                     fields=TensorDict({cfg.output_key: full}, batch_size=len(batch.keys)))
     return metrics
-
-
-def distillation_loss_fn(config: DictConfig):
-    """verl's ``distillation_ppo_loss`` bound to the run's actor and distillation configs.
-
-    What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
-    the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
-    false, so verl starts no teacher servers). Picklable: a partial of verl's function.
-    """
-    from verl.trainer.distillation.losses import distillation_ppo_loss
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.config import DistillationLossConfig
-
-    actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-    loss_config = omega_conf_to_dataclass(config.distillation.distillation_loss)
-    if not isinstance(loss_config, DistillationLossConfig) or loss_config.loss_mode != MOPD_LOSS_MODE:
-        raise ValueError(
-            f"worker-backend teachers need distillation.distillation_loss.loss_mode={MOPD_LOSS_MODE}, got "
-            f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
-        )
-    from verl.workers.config import DistillationConfig
-
-    distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
-    return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)

@@ -1,0 +1,244 @@
+"""Public MOPD hooks for any verl v1 trainer: the calls our ``mopd_*`` trainers are built from.
+
+A verl 0.9.1 v1 trainer (a subclass of ``PPOTrainerSync``, ``PPOTrainerSeparateAsync`` or
+``PPOTrainerColocateAsync`` registered with verl's ``register_trainer``) gets MOPD from four
+calls in three of verl's own hooks. ``verl_mopd.trainer.mopd_trainer`` makes exactly these
+calls, and so does ``examples/custom_trainer/my_trainer.py``::
+
+    from verl_mopd.trainer import hooks
+
+    def __init__(self, config):
+        hooks.set_verl_trainer_mode(config, "sync")                          # before verl's __init__
+        super().__init__(config)
+        self.mopd_gate = hooks.gate_config_from(config)                      # the mopd.* gate keys
+
+    def on_init_end(self):                                                    # worker groups exist
+        self.mopd_teachers = hooks.setup_teachers_and_loss(self)
+        super().on_init_end()
+
+    def _compute_advantage(self, batch, metrics):                             # rewards are stored
+        metrics.update(hooks.write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.mopd_teachers))
+        return super()._compute_advantage(batch, metrics)                    # verl's GRPO
+
+Why there: ``_compute_advantage`` is the first driver hook of a step that sees the whole step
+batch (whole GRPO groups) after verl has stored rewards (``rm_scores``, reward extras) and
+``old_log_probs``, and before the actor update; the workers later shuffle and split micro-batches,
+so no loss micro-batch sees a whole group. ``on_init_end`` runs once the actor's worker group and
+resource pools exist.
+
+Teachers, any backend (``mopd.teachers.<routing value>.backend``):
+
+- ``hf`` / ``megatron``: one verl worker group per teacher (``PlatformTeacherGroup``), scored on the
+  driver each step (only samples whose KL is on); ``distillation.enabled`` stays false, so the actor
+  is given verl's ``distillation_ppo_loss`` with ``loss_mode=mopd_k3`` through ``set_loss_fn``.
+- ``server``: verl's own teacher loop (``distillation.enabled: true``, ``distillation.teacher_models``,
+  routed by ``distillation.teacher_key``) scores every sample during rollout, and verl's actor worker
+  builds ``distillation_ppo_loss`` from ``distillation.distillation_loss`` itself; the trainer only
+  writes the gate.
+
+Why the mode line: verl 0.9.1's ``PPOTrainer`` branches on the *name* in ``trainer.v1.trainer_mode``
+(``"sync"`` or not: replay buffer class, refill, checkpoint resume, rollout submission), so a trainer
+registered under a name of its own would silently run with the async replay buffer.
+
+The building blocks (``teachers_config_from``, ``distillation_loss_fn``,
+``build_worker_teachers``, ``think_end_token_id``, ``write_kl_gate``, ``score_teachers``) are public
+too, for trainers that need them apart. Nothing here holds state. Imports of verl and of our config
+are deferred: ``mopd_trainer`` imports this module while ``import verl`` loads our plugin.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+__all__ = [
+    "actor_resource_pool",
+    "build_worker_teachers",
+    "compute_kl_gate",
+    "distillation_loss_fn",
+    "gate_config_from",
+    "score_teachers",
+    "set_verl_trainer_mode",
+    "setup_teachers_and_loss",
+    "teachers_config_from",
+    "think_end_token_id",
+    "write_gate_and_teacher_logprobs",
+    "write_kl_gate",
+]
+
+# re-exported on first use (importing them here would import verl while verl imports this plugin)
+_LAZY = {
+    "write_kl_gate": "verl_mopd.trainer.gate",
+    "compute_kl_gate": "verl_mopd.trainer.gate",
+    "score_teachers": "verl_mopd.trainer.mopd_trainer",
+}
+
+
+def _lazy(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__getattr__ = _lazy  # PEP 562: `from verl_mopd.trainer.hooks import write_kl_gate` loads it on use
+
+
+# -- __init__ ------------------------------------------------------------------------------------
+
+VERL_TRAINER_MODES = ("sync", "separate_async", "colocate_async")
+
+
+def set_verl_trainer_mode(config: DictConfig, verl_mode: str) -> str:
+    """Set ``trainer.v1.trainer_mode`` to the verl mode the trainer subclasses; returns the name it had.
+
+    Call it in ``__init__`` before verl's: verl's ``PPOTrainer`` reads the mode by name (see the
+    module docstring). verl's TaskRunner has already picked the registered class by then.
+    """
+    if verl_mode not in VERL_TRAINER_MODES:
+        raise ValueError(
+            f"verl_mode={verl_mode!r}: verl 0.9.1's v1 trainer modes are {list(VERL_TRAINER_MODES)}"
+        )
+    registered = config.trainer.v1.trainer_mode
+    with open_dict(config):
+        config.trainer.v1.trainer_mode = verl_mode
+    return registered
+
+
+# -- config readers ------------------------------------------------------------------------------
+
+
+def gate_config_from(config: DictConfig):
+    """The ``mopd`` gate keys of the run config as ``MOPDGateConfig`` (other ``mopd`` keys ignored)."""
+    from verl_mopd.config import MOPDGateConfig
+
+    block = config.get("mopd", None) or {}
+    block = OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
+    fields = MOPDGateConfig.__dataclass_fields__
+    return MOPDGateConfig(**{k: v for k, v in block.items() if k in fields and not k.startswith("_")})
+
+
+def teachers_config_from(config: DictConfig):
+    """``TeachersConfig`` of the run's ``mopd`` block, or None when it configures no teachers."""
+    from verl_mopd.teachers.config import TeachersConfig
+    from verl_mopd.trainer.validate import TEACHER_KEYS
+
+    block = config.get("mopd", None)
+    if block is None:
+        return None
+    block = OmegaConf.to_container(block, resolve=True)
+    if not block.get("teachers"):
+        return None
+    return TeachersConfig.from_mapping({k: v for k, v in block.items() if k in TEACHER_KEYS})
+
+
+def distillation_loss_fn(config: DictConfig):
+    """verl's ``distillation_ppo_loss`` bound to the run's actor and distillation configs.
+
+    What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
+    the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
+    false, so verl starts no teacher servers). Picklable: a partial of verl's function.
+    """
+    from verl.trainer.distillation.losses import distillation_ppo_loss
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import DistillationConfig, DistillationLossConfig
+
+    from verl_mopd.plugin import MOPD_LOSS_MODE
+
+    actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+    loss_config = omega_conf_to_dataclass(config.distillation.distillation_loss)
+    if not isinstance(loss_config, DistillationLossConfig) or loss_config.loss_mode != MOPD_LOSS_MODE:
+        raise ValueError(
+            f"worker-backend teachers need distillation.distillation_loss.loss_mode={MOPD_LOSS_MODE}, got "
+            f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
+        )
+    distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
+    return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
+
+
+def think_end_token_id(tokenizer, gate) -> int | None:
+    """Id of ``gate.think_end_token`` in the student's tokenizer with ``kl_skip_thought``, else None."""
+    if not gate.kl_skip_thought:
+        return None
+    token = gate.think_end_token
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if token_id is None or token_id == getattr(tokenizer, "unk_token_id", None):
+        raise ValueError(f"mopd.think_end_token={token!r} is not a single token of the student's tokenizer")
+    return int(token_id)
+
+
+# -- on_init_end ---------------------------------------------------------------------------------
+
+
+def actor_resource_pool(trainer):
+    """The actor's ``RayResourcePool`` (where ``placement: colocated`` teachers go)."""
+    from verl.trainer.ppo.utils import Role
+
+    for role in (Role.ActorRolloutRef, Role.ActorRollout, Role.Actor):
+        if role in trainer.role_worker_mapping:
+            return trainer.resource_pool_manager.get_resource_pool(role)
+    raise RuntimeError(f"no actor role in {list(trainer.role_worker_mapping)}")
+
+
+def build_worker_teachers(trainer):
+    """The ``PlatformTeacherGroup`` of the run's ``hf`` / ``megatron`` teachers (models loaded), or
+    None with no teachers or ``backend: server`` ones (verl's teacher loop runs those)."""
+    teachers = teachers_config_from(trainer.config)
+    if teachers is None or all(t.backend == "server" for t in teachers.teachers.values()):
+        return None
+    from verl_mopd.teachers import PlatformTeacherGroup
+
+    colocated = any(t.placement == "colocated" for t in teachers.teachers.values())
+    return PlatformTeacherGroup.build(teachers, use_gpu=trainer.config.trainer.device != "cpu",
+                                      colocated_pool=actor_resource_pool(trainer) if colocated else None)
+
+
+def setup_teachers_and_loss(trainer):
+    """``on_init_end``: build the worker-backend teachers and give the actor the MOPD loss.
+
+    With worker teachers the actor gets :func:`distillation_loss_fn` through verl's
+    ``set_loss_fn`` (``distillation.enabled`` is false, so verl's worker would otherwise train
+    with its plain PPO loss). With server teachers nothing is changed: ``distillation.enabled`` is
+    true and verl's worker already builds ``distillation_ppo_loss`` from
+    ``distillation.distillation_loss``. Without teachers there is no teacher KL to add.
+
+    Returns:
+        the teacher group, or None (pass it to :func:`write_gate_and_teacher_logprobs`).
+    """
+    group = build_worker_teachers(trainer)
+    if group is not None:
+        trainer.actor_rollout_wg.set_loss_fn(distillation_loss_fn(trainer.config))
+    return group
+
+
+# -- _compute_advantage --------------------------------------------------------------------------
+
+
+def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict[str, Any]:
+    """Per step, before verl's advantage: store the reward gate, then the worker teachers' log-probs.
+
+    1. ``write_kl_gate``: ``reward_gate`` over the whole step batch (groups by ``gate.group_key``,
+       verl's ``uid``) on ``gate.gate_metric``, stored per sample as ``mopd_kl_mask`` (and
+       ``mopd_kl_start`` with ``kl_skip_thought``) in TransferQueue, where the loss reads it.
+    2. With a teacher group: ``score_teachers`` scores the samples whose KL is on, each with the
+       teacher of its routing value, and stores ``teacher_logprobs`` in verl's layout.
+
+    Args:
+        trainer: the verl v1 trainer (its ``tokenizer`` is read only with ``kl_skip_thought``).
+        batch: verl's ``KVBatchMeta`` of the step.
+        gate: the ``MOPDGateConfig`` (:func:`gate_config_from`).
+        teachers: the group from :func:`setup_teachers_and_loss`, or None.
+
+    Returns:
+        the gate's and the teachers' metrics, for verl's tracking.
+    """
+    from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
+
+    tq = trainer_base.tq
+    token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
+    metrics = _lazy("write_kl_gate")(batch, gate, tq=tq, think_end_token_id=token_id)
+    if teachers is not None:
+        metrics.update(_lazy("score_teachers")(teachers, batch, tq))
+    return metrics
