@@ -60,6 +60,10 @@ def test_a_rerun_with_other_input_replaces_the_outputs_whole(two_inputs):
     assert manifest["files"]["rl/train.parquet"]["rows"] == 2 and (out / "notes.txt").read_text() == "mine"
     for rel, info in manifest["files"].items():
         assert (out / rel).stat().st_size == info["bytes"]
+    link = tmp / "link"
+    link.symlink_to(out)  # a symlinked --out keeps pointing at the outputs
+    assert _run(both, link) == 0
+    assert link.is_symlink() and (out / "sft" / "mobile" / "train.parquet").is_file() and not _leftovers(tmp)
 
 
 def test_an_interrupted_run_changes_nothing_and_is_never_up_to_date(two_inputs, monkeypatch, capsys):

@@ -197,11 +197,11 @@ def _cache_entry(args: argparse.Namespace) -> str | None:
 # ----------------------------------------------------------------------------- reading, fingerprint
 
 
-def _read_all(args: argparse.Namespace, drops: list[Drop]) -> Iterator:
+def _read_all(args: argparse.Namespace, agentnet_dirs: list[str], drops: list[Drop]) -> Iterator:
     roots = args.image_root
     for p in args.input:
         yield from read_jsonl(p, drops, roots)
-    for p, folder in zip(args.agentnet, _agentnet_image_dirs(args)):
+    for p, folder in zip(args.agentnet, agentnet_dirs):
         yield from read_agentnet(p, folder, drops=drops, roots=roots)
     for p in args.android_control:
         yield from read_android_control(p, args.android_control_images, drops, roots, scroll_is_finger=args.scroll_is_finger)
@@ -318,11 +318,17 @@ def _swap(staging: str, out: str) -> None:
     old = f"{staging}.old"
     with _sigint_deferred():
         if os.path.isdir(out):
-            for name in os.listdir(out):
-                if name not in OUTPUTS:
-                    os.replace(os.path.join(out, name), os.path.join(staging, name))
             os.replace(out, old)
-        os.replace(staging, out)
+        try:
+            os.replace(staging, out)
+        except OSError:
+            if os.path.isdir(old):
+                os.replace(old, out)  # put the previous outputs back
+            raise
+        if os.path.isdir(old):
+            for name in os.listdir(old):
+                if name not in OUTPUTS:
+                    os.replace(os.path.join(old, name), os.path.join(out, name))
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -362,7 +368,7 @@ def _problems(report: dict, drops: list[Drop], judge: Any, strict: bool) -> tupl
     total = report["total"]
     if total["kept"]["trajectories"] == 0:
         by_rule = {r: c["trajectories"] for r, c in total["dropped"].items() if c["trajectories"]}
-        first = next((d for d in drops), None)
+        first = drops[0] if drops else None
         lines.append(
             f"prepare: kept 0 of {total['input']['trajectories']} trajectories, so no parquet was written; dropped: "
             + (", ".join(f"{r} {n}" for r, n in by_rule.items()) or "nothing (the input is empty)")
@@ -374,8 +380,9 @@ def _problems(report: dict, drops: list[Drop], judge: Any, strict: bool) -> tupl
 
 def run_prepare(args: argparse.Namespace) -> int:
     _check_args(args)
-    out = os.path.abspath(args.out)
+    out = os.path.realpath(args.out)  # a symlinked --out keeps pointing at the new outputs
     files = _input_files(args)
+    agentnet_dirs = _agentnet_image_dirs(args)
     progress = not args.no_progress
     clean_cfg = CleanConfig(
         rules=tuple(r for r in RULES if r not in args.skip_rule),
@@ -393,7 +400,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     parse_drops: list[Drop] = []
-    trajectories = list(drop_duplicate_ids(_read_all(args, parse_drops), parse_drops))
+    trajectories = list(drop_duplicate_ids(_read_all(args, agentnet_dirs, parse_drops), parse_drops))
     images = ImageIndex(decode=args.image_check == "decode")
     images.scan((s.screenshot for t in trajectories for s in t.steps if not s.path_error), args.workers, progress)
     fingerprint = _fingerprint(args, files, trajectories, images)
@@ -419,8 +426,8 @@ def run_prepare(args: argparse.Namespace) -> int:
     os.makedirs(os.path.dirname(out), exist_ok=True)
     _remove_stale_staging(out)
     staging = os.path.join(os.path.dirname(out), f"{_staging_prefix(out)}{os.getpid()}-{secrets.token_hex(4)}")
-    os.mkdir(staging)  # not mkdtemp: the folder becomes --out, with the umask's permissions
     try:
+        os.mkdir(staging)  # not mkdtemp: the folder becomes --out, with the umask's permissions
         write_jsonl(kept, os.path.join(staging, "cleaned.jsonl"))
         with open(os.path.join(staging, "dropped.jsonl"), "w", encoding="utf-8") as f:
             for d in drops:
