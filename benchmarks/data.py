@@ -129,23 +129,24 @@ def main(argv: list[str] | None = None) -> int:
             image_gb = sum(os.path.getsize(os.path.join(args.dir, "imgs", f"{n}.png")) for n in range(steps)) / 1e9
             out = os.path.join(args.dir, f"out_{steps}")
             r = run_prepare(src, out)
-            manifest = json.load(open(os.path.join(out, "manifest.json")))
-            r.update(steps=steps, image_gb=image_gb, gen_s=made,
-                     out_gb=sum(f["bytes"] for f in manifest["files"].values()) / 1e9,
-                     rows=manifest["files"]["rl/train.parquet"]["rows"] + manifest["files"].get("rl/val.parquet", {}).get("rows", 0))  # fmt: skip
+            files = json.load(open(os.path.join(out, "manifest.json")))["files"]
+            rows_written = sum(f.get("rows", 0) for rel, f in files.items() if rel.startswith("rl/"))
+            r.update(steps=steps, image_gb=image_gb, gen_s=made, rows=rows_written,
+                     out_gb=sum(f["bytes"] for f in files.values()) / 1e9)  # fmt: skip
             assert r["rows"] == steps, r
             shutil.rmtree(out)
             rows.append(r)
-            print(f"{steps:>7} steps  images {image_gb:6.2f} GB  parquet {r['out_gb']:6.2f} GB  peak RSS {r['rss_mb']:7.0f} MB"
-                  f"  cpu {r['cpu_s']:6.1f} s  wall {r['wall_s']:6.1f} s  ({steps / r['wall_s']:.0f} steps/s)", flush=True)
+            print(f"{steps:>7} steps  images {image_gb:6.2f} GB  parquet {r['out_gb']:6.2f} GB"
+                  f"  peak RSS {r['rss_mb']:7.0f} MB  cpu {r['cpu_s']:6.1f} s  wall {r['wall_s']:6.1f} s"
+                  f"  ({steps / r['wall_s']:.0f} steps/s)", flush=True)  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(args.dir, ignore_errors=True)
     lo, hi = rows[0], rows[-1]
     ratio = hi["rss_mb"] / lo["rss_mb"]
     ok = hi["rss_mb"] < args.limit_gib * 1024
-    print(f"peak RSS {hi['steps']} / {lo['steps']} steps = {ratio:.2f}x for {hi['steps'] / lo['steps']:.0f}x the steps; "
-          f"{hi['steps']} steps {'under' if ok else 'OVER'} {args.limit_gib:g} GiB")
+    print(f"peak RSS {hi['steps']} / {lo['steps']} steps = {ratio:.2f}x for {hi['steps'] / lo['steps']:.0f}x the steps;"
+          f" {hi['steps']} steps {'under' if ok else 'OVER'} {args.limit_gib:g} GiB")  # fmt: skip
     return 0 if ok else 1
 
 

@@ -136,7 +136,10 @@ def _agentnet_image_dirs(args: argparse.Namespace) -> list[str]:
             f"--agentnet-images given {len(given)} times for {len(args.agentnet)} --agentnet files: "
             "give it once (one folder for all) or once per file, in the same order"
         )
-    dirs = [given[0]] * len(args.agentnet) if len(given) == 1 else given or [agentnet_image_dir(p) for p in args.agentnet]
+    if len(given) == 1:
+        dirs = given * len(args.agentnet)
+    else:
+        dirs = given or [agentnet_image_dir(p) for p in args.agentnet]
     for path, folder in zip(args.agentnet, dirs):
         if not os.path.isdir(folder):
             how = "given" if given else "default"
@@ -150,7 +153,8 @@ def _agentnet_image_dirs(args: argparse.Namespace) -> list[str]:
 def _input_files(args: argparse.Namespace) -> list[str]:
     """Every input file (TFRecord globs expanded); raises PrepareError for a missing one."""
     files = []
-    for option, paths in (("--input", args.input), ("--agentnet", args.agentnet), ("--android-control", args.android_control)):
+    options = (("--input", args.input), ("--agentnet", args.agentnet), ("--android-control", args.android_control))
+    for option, paths in options:
         for p in paths:
             if option == "--android-control" and not p.endswith(".jsonl"):
                 matched = sorted(glob.glob(p))
@@ -204,7 +208,9 @@ def _read_all(args: argparse.Namespace, agentnet_dirs: list[str], drops: list[Dr
     for p, folder in zip(args.agentnet, agentnet_dirs):
         yield from read_agentnet(p, folder, drops=drops, roots=roots)
     for p in args.android_control:
-        yield from read_android_control(p, args.android_control_images, drops, roots, scroll_is_finger=args.scroll_is_finger)
+        yield from read_android_control(
+            p, args.android_control_images, drops, roots, scroll_is_finger=args.scroll_is_finger
+        )
 
 
 def _file_sha256(path: str) -> str:
@@ -216,8 +222,8 @@ def _file_sha256(path: str) -> str:
 
 
 def _option_names() -> list[str]:
-    ignored = {"overwrite", "no_progress", "workers"}  # they do not change what is written
-    return sorted(a.dest for a in add_prepare_arguments(argparse.ArgumentParser())._actions if a.dest not in ignored | {"help"})
+    ignored = {"help", "overwrite", "no_progress", "workers"}  # they do not change what is written
+    return sorted(a.dest for a in add_prepare_arguments(argparse.ArgumentParser())._actions if a.dest not in ignored)
 
 
 def _fingerprint(args: argparse.Namespace, files: list[str], trajectories: list, images: ImageIndex) -> str:
@@ -230,7 +236,8 @@ def _fingerprint(args: argparse.Namespace, files: list[str], trajectories: list,
     for t in trajectories:
         for s in t.steps:
             info = images.of(s)
-            h.update(f"\nimage {s.screenshot} ".encode("utf-8", "replace") + (info.sha256 or (info.problem or "").encode()))
+            content = info.sha256 or (info.problem or "").encode()
+            h.update(f"\nimage {s.screenshot} ".encode("utf-8", "replace") + content)
     return h.hexdigest()
 
 
@@ -406,7 +413,8 @@ def run_prepare(args: argparse.Namespace) -> int:
     fingerprint = _fingerprint(args, files, trajectories, images)
     previous = None if args.overwrite else _previous_run(out, fingerprint)
     if previous is not None:
-        print(f"prepare: outputs in {args.out} are up to date (same options, inputs and screenshots); --overwrite to redo")
+        print(f"prepare: outputs in {args.out} are up to date (same options, inputs and screenshots); "
+              "--overwrite to redo")  # fmt: skip
         for line in previous.get("messages", []):
             print(line, file=sys.stderr)
         return int(previous.get("exit_code", 0))

@@ -85,7 +85,8 @@ def identify(data: bytes, decode: bool = False) -> tuple[str, tuple[int, int]]:
             else:
                 im.load()
     except UnidentifiedImageError:
-        raise ValueError(f"is not a {' / '.join(IMAGE_FORMATS)} image (or is cut off before its first image data)") from None
+        formats = " / ".join(IMAGE_FORMATS)
+        raise ValueError(f"is not a {formats} image (or is cut off before its first image data)") from None
     except ValueError:
         raise
     except Exception as e:  # untrusted bytes: whatever a decoder raises means "not usable"

@@ -237,12 +237,24 @@ def pyautogui_to_action(code: str) -> dict[str, Any]:
     return {"action": f"<{len(parsed)} calls: {' + '.join(p[0] for p in parsed)}>", "code": code}
 
 
+def _record_head(record: Any, id_key: str, image_dir: str | DataRoots, where: str) -> tuple[DataRoots, Any, str]:
+    """A record's image roots, id and place for messages; raises SchemaError for a non-object or a bad id."""
+    if not isinstance(record, Mapping):
+        raise SchemaError(f"{where}={str(record)[:80]!r}: expected a JSON object", "not_object")
+    rid = record.get(id_key)
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+        raise SchemaError(f"{where}.{id_key}={str(rid)[:80]!r}: expected a string or an integer")
+    roots = image_dir if isinstance(image_dir, DataRoots) else DataRoots.of(image_dir)
+    return roots, rid, f"{where}[{id_key}={rid!r}]"
+
+
 def _field(d: Mapping, key: str, types: type, where: str, optional: bool = False) -> Any:
     v = d.get(key)
     if v is None and optional:
         return None
     if not isinstance(v, types):
-        raise SchemaError(f"{where}.{key}={str(v)[:80]!r}: expected {'an object' if types is Mapping else types.__name__}")
+        expected = "an object" if types is Mapping else types.__name__
+        raise SchemaError(f"{where}.{key}={str(v)[:80]!r}: expected {expected}")
     return v
 
 
@@ -250,13 +262,7 @@ def agentnet_to_trajectory(
     record: Any, image_dir: str | DataRoots, instruction_key: str = "instruction", where: str = "agentnet"
 ) -> Trajectory:
     """One AgentNet record -> :class:`Trajectory` (desktop, unit coordinates); raises SchemaError."""
-    if not isinstance(record, Mapping):
-        raise SchemaError(f"{where}={str(record)[:80]!r}: expected a JSON object", "not_object")
-    roots = image_dir if isinstance(image_dir, DataRoots) else DataRoots.of(image_dir)
-    tid = record.get("task_id")
-    if isinstance(tid, bool) or not isinstance(tid, (str, int)):
-        raise SchemaError(f"{where}.task_id={tid!r}: expected a string")
-    where = f"{where}[task_id={tid!r}]"
+    roots, tid, where = _record_head(record, "task_id", image_dir, where)
     traj = _field(record, "traj", list, where)
     instruction = record.get(instruction_key) or record.get("instruction")
     if not isinstance(instruction, str):
@@ -407,13 +413,7 @@ def android_control_to_trajectory(
     Screenshots given as bytes are written to ``image_dir/<episode_id>_<i>.png`` (kept if present);
     given as paths, they are relative to ``image_dir`` and confined to it (and its roots).
     """
-    if not isinstance(record, Mapping):
-        raise SchemaError(f"{where}={str(record)[:80]!r}: expected a JSON object", "not_object")
-    roots = image_dir if isinstance(image_dir, DataRoots) else DataRoots.of(image_dir)
-    eid = record.get("episode_id")
-    if isinstance(eid, bool) or not isinstance(eid, (int, str)):
-        raise SchemaError(f"{where}.episode_id={str(eid)[:80]!r}: expected an integer")
-    where = f"{where}[episode_id={eid!r}]"
+    roots, eid, where = _record_head(record, "episode_id", image_dir, where)
     shots, widths, heights = (record.get(k) for k in ("screenshots", "screenshot_widths", "screenshot_heights"))
     actions = record.get("actions")
     if not all(isinstance(v, (list, tuple)) for v in (shots, widths, heights, actions)):
@@ -533,7 +533,8 @@ def read_android_control(
     """``*.jsonl`` -> :func:`read_android_control_jsonl`; anything else is a TFRecord glob."""
     if path.endswith(".jsonl"):
         return read_android_control_jsonl(path, image_dir, drops, roots, **kwargs)
-    data_roots = DataRoots.of(image_dir or os.path.join(os.path.dirname(os.path.abspath(path)) or ".", "android_control_images"), roots)
+    default = os.path.join(os.path.dirname(os.path.abspath(path)), "android_control_images")
+    data_roots = DataRoots.of(image_dir or default, roots)
     return (android_control_to_trajectory(r, data_roots, **kwargs) for r in iter_android_control_tfrecords(path))
 
 

@@ -174,6 +174,18 @@ def _short(v: Any, n: int = 80) -> str:
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
+def _optional(d: Mapping, key: str, ok, expected: str, where: str) -> Any:
+    """``d[key]`` when absent/null or ``ok(value)``; else a SchemaError naming it and ``expected``."""
+    v = d.get(key)
+    if v is not None and not ok(v):
+        raise SchemaError(f"{where}.{key}={_short(v)}: expected {expected}")
+    return v
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -213,8 +225,7 @@ def step_from_dict(d: Mapping[str, Any], base_dir: str | DataRoots = "", where: 
     shot = _need(d, "screenshot", str, where)
     action = _need(d, "action", Mapping, where)
     for key in ("thought", "description"):
-        if d.get(key) is not None and not isinstance(d[key], str):
-            raise SchemaError(f"{where}.{key}={_short(d[key])}: expected a string")
+        _optional(d, key, lambda v: isinstance(v, str), "a string", where)
     roots = _data_roots(base_dir)
     path, problem = roots.resolve(shot) if roots is not None else (shot, None)
     return Step(
@@ -246,21 +257,11 @@ def trajectory_from_dict(
     if not isinstance(coords, str) or coords not in COORDS:
         raise SchemaError(f"{where}.coords={_short(coords)}: allowed {list(COORDS)}")
     steps = _need(d, "steps", list, where)
-    subtasks = d.get("subtasks")
-    if subtasks is not None and (not isinstance(subtasks, list) or not all(isinstance(s, str) for s in subtasks)):
-        raise SchemaError(f"{where}.subtasks={_short(subtasks)}: expected a list of strings")
-    judge = d.get("judge")
-    if judge is not None and not isinstance(judge, Mapping):
-        raise SchemaError(f"{where}.judge={_short(judge)}: expected an object")
-    mismatch = d.get("env_mismatch")
-    if mismatch is not None and not isinstance(mismatch, bool):
-        raise SchemaError(f"{where}.env_mismatch={_short(mismatch)}: expected true, false or null")
-    meta = d.get("meta")
-    if meta is not None and not isinstance(meta, Mapping):
-        raise SchemaError(f"{where}.meta={_short(meta)}: expected an object")
-    source = d.get("source")
-    if source is not None and not isinstance(source, str):
-        raise SchemaError(f"{where}.source={_short(source)}: expected a string")
+    subtasks = _optional(d, "subtasks", _strings, "a list of strings", where)
+    judge = _optional(d, "judge", lambda v: isinstance(v, Mapping), "an object", where)
+    mismatch = _optional(d, "env_mismatch", lambda v: isinstance(v, bool), "true, false or null", where)
+    meta = _optional(d, "meta", lambda v: isinstance(v, Mapping), "an object", where)
+    source = _optional(d, "source", lambda v: isinstance(v, str), "a string", where)
     return Trajectory(
         id=str(tid),
         platform=platform,
@@ -338,14 +339,16 @@ def iter_jsonl(path: str) -> Iterator[tuple[str, Any]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield where, SchemaError(f"{where}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})", "not_utf8")
+                at = f"byte 0x{raw[e.start]:02x} at column {e.start + 1}"
+                yield where, SchemaError(f"{where}: not UTF-8 ({at})", "not_utf8")
                 continue
             try:
                 value = json.loads(text)
                 if "\\u" in text:  # an escaped lone surrogate decodes, then cannot be written back as UTF-8
                     json.dumps(value, ensure_ascii=False).encode("utf-8")
             except UnicodeEncodeError:
-                yield where, SchemaError(f"{where}: a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)", "not_utf8")
+                message = f"{where}: a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+                yield where, SchemaError(message, "not_utf8")
             except (ValueError, RecursionError) as e:
                 yield where, SchemaError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:200]})", "not_json")
             else:
@@ -721,8 +724,9 @@ def clean_report(
         for d in ds:
             dropped[d.rule]["trajectories"] += 1
             dropped[d.rule]["steps"] += d.num_steps
+        n_in, steps_in = len(ts_in) + len(parse_in), _steps(ts_in) + sum(d.num_steps for d in parse_in)
         return {
-            "input": {"trajectories": len(ts_in) + len(parse_in), "steps": _steps(ts_in) + sum(d.num_steps for d in parse_in)},
+            "input": {"trajectories": n_in, "steps": steps_in},
             "kept": {"trajectories": len(ts_kept), "steps": _steps(ts_kept)},
             "dropped": dropped,
         }
