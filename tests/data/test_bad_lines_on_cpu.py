@@ -265,3 +265,24 @@ def test_fuzz_control_is_kept(base_record):
     write_lines(path, [base])
     (t,) = read_jsonl(path)
     assert clean([t], CleanConfig(missing_verdict="keep"))[0] == [t]
+
+
+def test_android_control_tfrecord_episodes_with_png_bytes(tmp_path, monkeypatch):
+    """The TFRecord path after tensorflow's parse (tensorflow is not installed here: its record dicts are given)."""
+    import verl_mopd.data.readers as readers
+    from _data_helpers import png_bytes
+
+    shots = [png_bytes((27, 60), (i, 5, 5)) for i in range(3)]
+    good = {"episode_id": 11, "goal": "g", "screenshots": shots, "screenshot_widths": [27] * 3,
+            "screenshot_heights": [60] * 3, "actions": ['{"action_type": "wait"}', '{"action_type": "navigate_back"}'],
+            "step_instructions": ["wait", "back"]}  # fmt: skip
+    bad = {**good, "episode_id": 12, "screenshot_heights": [60, 60]}
+    monkeypatch.setattr(readers, "iter_android_control_tfrecords", lambda pattern: iter([good, bad]))
+    drops: list = []
+    (t,) = readers.read_android_control(str(tmp_path / "ac-*.tfrecord"), str(tmp_path / "shots"), drops)
+    assert t.origin.endswith("ac-*.tfrecord#1") and [s.screenshot for s in t.steps] == [
+        str(tmp_path / "shots" / f"11_{i}.png") for i in range(3)]  # fmt: skip
+    assert (tmp_path / "shots" / "11_2.png").read_bytes() == shots[2] and not list(tmp_path.rglob("*.tmp"))
+    assert [(d.id, d.where.rsplit("#", 1)[1], d.num_steps) for d in drops] == [("android_control-12", "2", 3)]
+    kept, rule_drops = clean([t], CleanConfig(missing_verdict="keep"))
+    assert kept == [t] and not rule_drops

@@ -535,7 +535,19 @@ def read_android_control(
         return read_android_control_jsonl(path, image_dir, drops, roots, **kwargs)
     default = os.path.join(os.path.dirname(os.path.abspath(path)), "android_control_images")
     data_roots = DataRoots.of(image_dir or default, roots)
-    return (android_control_to_trajectory(r, data_roots, **kwargs) for r in iter_android_control_tfrecords(path))
+    return _tfrecord_trajectories(path, data_roots, drops, **kwargs)
+
+
+def _tfrecord_trajectories(pattern: str, roots: DataRoots, drops: list[Drop] | None, **kwargs: Any) -> Iterator[Trajectory]:
+    for n, record in enumerate(iter_android_control_tfrecords(pattern), 1):
+        where = f"{pattern}#{n}"
+        try:
+            yield replace(android_control_to_trajectory(record, roots, where=where, **kwargs), origin=where)
+        except SchemaError as e:
+            if drops is None:
+                raise
+            drops.append(parse_drop(where, e, record, id_key="episode_id", steps_key="screenshots", platform="mobile",
+                                    id_prefix="android_control-"))  # fmt: skip
 
 
 __all__ = [
