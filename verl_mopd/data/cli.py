@@ -17,9 +17,9 @@ removes its folder and leaves the previous outputs as they were; one killed outr
 folder that the next run removes. Anything else in ``--out`` (the judge cache) is carried over.
 
 Resuming: ``manifest.json`` records a fingerprint of every option, the input files' bytes and
-every screenshot's bytes (SHA-256, computed anyway by the image check); a rerun with the same
-fingerprint whose listed files are all there does nothing and exits as that run did
-(``--overwrite`` forces). Judge answers are cached per request (``--judge-cache``), so an
+every screenshot's bytes (SHA-256, computed anyway by the image check, so a rerun reads them
+again); a rerun with the same fingerprint whose listed files are all there writes nothing and
+exits as that run did (``--overwrite`` forces). Judge answers are cached per request (``--judge-cache``), so an
 interrupted run resumes without asking the judge again.
 """
 
