@@ -169,3 +169,11 @@ def test_clean_drops_content_duplicates_as_structure(tmp_path):
     kept, drops = clean([trajectory_from_dict(rec), trajectory_from_dict(start1)], CleanConfig())
     assert not kept and [(d.id, d.rule, d.kind) for d in drops] == [
         ("dup", "structure", "duplicate_step"), ("start1", "structure", "bad_start")]  # fmt: skip
+
+
+def test_reading_for_the_parquet_refuses_what_is_not_a_file(tmp_path):
+    from verl_mopd.data.images import read_screenshot
+
+    os.mkfifo(tmp_path / "fifo.png")
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_screenshot(Step(0, str(tmp_path / "fifo.png"), {"action": "wait"}))  # returns instead of blocking

@@ -171,6 +171,9 @@ def read_screenshot(step, expect_sha256: bytes | None = None) -> bytes:
     """
     if step.path_error:
         raise ValueError(f"screenshot {step.screenshot!r} {step.path_error}; refusing to read it")
+    st = os.stat(step.screenshot)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_IMAGE_BYTES:  # a FIFO would block, a device never end
+        raise ValueError(f"screenshot {step.screenshot!r} is not a regular file of at most {MAX_IMAGE_BYTES} bytes")
     with open(step.screenshot, "rb") as f:
         data = f.read()
     if expect_sha256 is not None and hashlib.sha256(data).digest() != expect_sha256:
