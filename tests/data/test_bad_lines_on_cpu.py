@@ -112,6 +112,9 @@ def test_nothing_kept_exits_1_and_says_why(tmp_path, capsys):
     assert "kept 0 of 2 trajectories, so no parquet was written" in err and "screenshots 1" in err and "parse 1" in err
     assert "gone.png' does not exist" in err
     assert not (tmp_path / "o" / "rl").exists()
+    unjudged = write_lines(os.path.join(root, "u.jsonl"), [_good(root, "u", judge=None)])
+    assert prepare_main(["--input", unjudged, "--out", str(tmp_path / "u"), "--no-progress"]) == 1
+    assert "--missing-verdict keep" in capsys.readouterr().err
     empty = write_lines(os.path.join(root, "e.jsonl"), [])
     assert prepare_main(["--input", empty, "--out", str(tmp_path / "e"), "--no-progress"]) == 1
     assert "nothing (the input is empty)" in capsys.readouterr().err

@@ -381,6 +381,11 @@ def _problems(report: dict, drops: list[Drop], judge: Any, strict: bool) -> tupl
             + (", ".join(f"{r} {n}" for r, n in by_rule.items()) or "nothing (the input is empty)")
             + (f". First drop: {first.detail}" if first else "")
         )
+        if any(d.kind == "no_verdict" for d in drops):
+            lines.append(
+                "prepare: trajectories without a judge verdict are dropped (--missing-verdict drop): put verdicts "
+                "in the data, ask a judge (--judge-base-url), or pass --missing-verdict keep / --skip-rule subtasks"
+            )
         code = 1
     return code, lines
 
