@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 from typing import Any
 
@@ -12,6 +14,12 @@ def png(path: str, size: tuple[int, int] = (40, 30), color: tuple[int, int, int]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     Image.new("RGB", size, color).save(path, format="PNG")
     return path
+
+
+def png_bytes(size: tuple[int, int] = (40, 30), color: tuple[int, int, int] = (9, 99, 199), fmt: str = "PNG") -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, format=fmt)
+    return buf.getvalue()
 
 
 def record(tmp: str, tid: str = "t0", platform: str = "desktop", actions: list[dict] | None = None, **over: Any) -> dict:
@@ -33,3 +41,24 @@ def record(tmp: str, tid: str = "t0", platform: str = "desktop", actions: list[d
     }
     rec.update(over)
     return rec
+
+
+def relative(rec: dict, root: str) -> dict:
+    """``rec`` with its screenshot paths relative to ``root`` (as a JSONL in ``root`` would give them)."""
+    steps = [{**s, "screenshot": os.path.relpath(s["screenshot"], root)} for s in rec["steps"]]
+    return {**rec, "steps": steps}
+
+
+def write_lines(path: str, lines: list[dict | str | bytes]) -> str:
+    """A JSONL file of records (dicts), raw text lines and raw byte lines."""
+    with open(path, "wb") as f:
+        for line in lines:
+            if isinstance(line, dict):
+                line = json.dumps(line)
+            f.write((line.encode() if isinstance(line, str) else line) + b"\n")
+    return path
+
+
+def read_jsonl_dicts(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]

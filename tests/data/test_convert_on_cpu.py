@@ -16,7 +16,7 @@ from PIL import Image
 from verl_mopd.data.cli import main as prepare_main
 from verl_mopd.data.convert import ConvertConfig, convert, split_by_trajectory
 from verl_mopd.data.fixtures import make_fixture
-from verl_mopd.data.trajectories import Trajectory, clean, read_jsonl
+from verl_mopd.data.trajectories import Step, Trajectory, clean, read_jsonl
 from verl_mopd.rewards import compute_score, system_prompt
 
 
@@ -145,3 +145,49 @@ def test_path_image_mode(tmp_path):
     row = _rows(str(tmp_path / "out" / "rl" / "train.parquet"))[0]
     assert os.path.isabs(row["images"][0]["image"]) and os.path.isfile(row["images"][0]["image"])
     assert row["images"][0]["max_pixels"] == 4096
+
+
+def test_conversion_streams_with_memory_bounded_by_the_row_group(tmp_path, monkeypatch):
+    """Images total ~30 MB; with 1 MB row groups, Python's peak stays a few MB and every byte lands in order."""
+    import tracemalloc
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from verl_mopd.data.convert import ParquetSink
+    from verl_mopd.data.images import ImageIndex
+
+    rng = np.random.default_rng(0)
+    trajs = []
+    for k in range(25):
+        steps = []
+        for i in range(10):
+            path = tmp_path / f"{k}_{i}.png"
+            Image.fromarray(rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)).save(path, compress_level=1)
+            action = {"action": "left_click", "coordinate": [5, 5]} if i < 9 else {"action": "terminate", "status": "success"}
+            steps.append(Step(i, str(path), action))
+        trajs.append(Trajectory(f"t{k}", "desktop", "q", tuple(steps), screen_size=(200, 200)))
+    total = sum(os.path.getsize(s.screenshot) for t in trajs for s in t.steps)
+    assert total > 25 << 20
+    index = ImageIndex()
+    index.scan((s.screenshot for t in trajs for s in t.steps), workers=2)
+    monkeypatch.setattr(ParquetSink.__init__, "__defaults__", (1 << 20, 2048))
+    tracemalloc.start()
+    try:
+        result = convert(trajs, str(tmp_path / "out"), ConvertConfig(val_fraction=0, workers=2), images=index)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # holding every image (the old layout) would take > 25 MB here
+    assert result["files"] == {"rl/train.parquet": 250, "sft/desktop/train.parquet": 250}
+    f = pq.ParquetFile(tmp_path / "out" / "rl" / "train.parquet")
+    assert f.metadata.num_row_groups >= 25
+    rows = f.read(columns=["images", "extra_info"]).to_pylist()
+    expect = [s for t in trajs for s in t.steps]
+    assert [r["images"][0]["bytes"] for r in rows] == [open(s.screenshot, "rb").read() for s in expect]
+    assert [r["extra_info"]["step_id"] for r in rows] == [f"{t.id}:{s.index}" for t in trajs for s in t.steps]
+    # a screenshot that changes after it was checked is refused, not written
+    Image.new("RGB", (200, 200)).save(expect[3].screenshot)
+    with pytest.raises(ValueError, match="changed since it was checked"):
+        convert(trajs, str(tmp_path / "out2"), ConvertConfig(val_fraction=0), images=index)
+    assert not [p for p in (tmp_path / "out2").rglob("*") if p.is_file()]

@@ -64,7 +64,10 @@ def test_openai_judge_drops_incomplete_and_caches(tmp_path, monkeypatch):
 
         again = OpenAIJudge(cfg)  # a resumed run: everything from the cache, no request
         kept2, _ = clean(trajs, CleanConfig(), judge=again)
-        assert len(srv.requests) == 2 and again.stats == {"requests": 0, "cache_hits": 2, "reused": 0}
+        assert len(srv.requests) == 2
+        assert again.stats | {"cache_corrupt_files": None} == {
+            "requests": 0, "cache_hits": 2, "reused": 0, "unreadable": 0, "cache_corrupt": 0, "cache_corrupt_files": None
+        }  # fmt: skip
         assert [t.id for t in kept2] == ["done"]
 
 
@@ -81,9 +84,10 @@ def test_openai_judge_retries_server_errors_and_fails_loudly(tmp_path, monkeypat
         with pytest.raises(JudgeError, match="HTTP 400"):
             OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=3, max_images=0)).verdicts(trajs)
         assert len(srv.requests) == 1  # client errors are not retried
-    with _Server({"do done": "I think it is fine."}) as srv:
-        with pytest.raises(JudgeError, match="no JSON object"):
-            OpenAIJudge(JudgeConfig(srv.url, "m", max_images=0)).verdicts(trajs)
+    with _Server(ANSWERS, status=503) as srv:  # a server that never recovers stops the run, naming it
+        with pytest.raises(JudgeError, match=r"HTTP 503"):
+            OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=1, max_images=0)).verdicts(trajs)
+        assert len(srv.requests) == 2
 
 
 def test_offline_judge_and_verdict_parsing(tmp_path):
@@ -97,3 +101,108 @@ def test_offline_judge_and_verdict_parsing(tmp_path):
     assert parse_verdict_text('{"subtasks": [{"name": "x", "completed": false}]}').subtasks[0].subtask == "x"
     with pytest.raises(ValueError, match="base_url"):
         JudgeConfig("localhost:8000", "m")
+
+
+# --------------------------------------------------------------------------- bad answers, ignored subtasks, bad cache
+
+
+def _jsonl(tmp, records):
+    from _data_helpers import relative, write_lines
+
+    return write_lines(str(tmp / "t.jsonl"), [relative(r, str(tmp)) for r in records])
+
+
+def _prepare(src, out, url, *extra):
+    from verl_mopd.data.cli import main as prepare_main
+
+    return prepare_main(["--input", src, "--out", str(out), "--judge-base-url", url, "--judge-model", "jm",
+                         "--val-fraction", "0", "--no-progress", "--workers", "2", *extra])  # fmt: skip
+
+
+def _dropped(out):
+    import json
+
+    return {d["id"]: d for d in map(json.loads, open(out / "dropped.jsonl"))}
+
+
+GOOD_ANSWER = '{"subtasks": [{"subtask": "a", "completed": true}]}'
+
+
+def test_unreadable_answers_are_counted_drops_not_an_abort(tmp_path):
+    import json
+
+    answers = {"do prose": "Looks good to me!", "do yes": '{"subtasks": [{"subtask": "a", "completed": "yes"}]}',
+               "do list": '[{"subtask": "a"}]', "do fine": GOOD_ANSWER}  # fmt: skip
+    src = _jsonl(tmp_path, [record(str(tmp_path), tid=k.split()[1], judge=None) for k in answers])
+    out = tmp_path / "out"
+    with _Server(answers) as srv:
+        assert _prepare(src, out, srv.url) == 0
+        assert len(srv.requests) == 4
+        dropped = _dropped(out)
+        assert {k: (d["rule"], d["kind"]) for k, d in dropped.items()} == {
+            k: ("subtasks", "unreadable") for k in ("prose", "yes", "list")}  # fmt: skip
+        assert "no JSON object" in dropped["prose"]["detail"] and "needs 'completed'" in dropped["yes"]["detail"]
+        report = json.load(open(out / "report.json"))
+        assert report["judge"]["unreadable"] == 3 and report["kinds"]["subtasks"] == {"unreadable": 3}
+        assert [t["id"] for t in map(json.loads, open(out / "cleaned.jsonl"))] == ["fine"]
+        assert _prepare(src, out, srv.url, "--overwrite") == 0
+        assert len(srv.requests) == 7  # unreadable answers are not cached: asked again; the good one is
+
+
+def test_a_verdict_that_ignores_the_listed_subtasks_is_refused(tmp_path):
+    listed = ["Open the file", "save it"]
+    answers = {
+        "do other": '{"subtasks": [{"subtask": "something else", "completed": true}]}',
+        "do half": '{"subtasks": [{"subtask": "open the file", "completed": true}]}',
+        "do reworded": '{"subtasks": [{"subtask": "1. Open  the FILE.", "completed": true},'
+        ' {"subtask": "2) save it", "score": 90}, {"subtask": "extra", "completed": true}]}',
+    }
+    src = _jsonl(tmp_path, [record(str(tmp_path), tid=k.split()[1], judge=None, subtasks=listed) for k in answers])
+    out = tmp_path / "out"
+    with _Server(answers) as srv:
+        assert _prepare(src, out, srv.url) == 0
+        assert "answer for each one, copying its text exactly" in srv.requests[0]["body"]["messages"][0]["content"][0]["text"]
+    dropped = _dropped(out)
+    assert {k: d["kind"] for k, d in dropped.items()} == {"other": "uncovered", "half": "uncovered"}
+    assert dropped["half"]["detail"] == "the verdict leaves out listed subtasks ['save it']"
+    # the same check applies to verdicts already in the data
+    t = trajectory_from_dict(record(str(tmp_path), tid="off", subtasks=listed,
+                                    judge={"subtasks": [{"subtask": "unrelated", "completed": True}]}))  # fmt: skip
+    kept, drops = clean([t], CleanConfig())
+    assert not kept and drops[0].kind == "uncovered"
+
+
+def test_corrupt_cache_files_are_named_asked_again_and_rewritten(tmp_path, capsys):
+    import json
+
+    answers = {f"do c{i}": GOOD_ANSWER for i in range(5)}
+    src = _jsonl(tmp_path, [record(str(tmp_path), tid=f"c{i}", judge=None) for i in range(5)])
+    out = tmp_path / "out"
+    with _Server(answers) as srv:
+        assert _prepare(src, out, srv.url) == 0
+        cache = sorted((out / "judge_cache").rglob("*.json"))  # kept in --out across runs
+        assert len(cache) == 5 and len(srv.requests) == 5
+        cache[0].write_text('{"trajectory": "c0", "answ')  # torn
+        cache[1].write_text("")  # empty
+        cache[2].write_text('{"trajectory": "c2"}')  # no answer
+        cache[3].write_text('{"answer": "not a verdict"}')  # an answer that does not read
+        capsys.readouterr()
+        assert _prepare(src, out, srv.url, "--overwrite") == 0
+        err = capsys.readouterr().err
+        assert "4 judge cache file(s) were unreadable and asked again" in err
+        for p in cache[:4]:
+            assert str(p) in err
+            json.load(open(p))  # rewritten whole
+        assert len(srv.requests) == 9
+        report = json.load(open(out / "report.json"))
+        assert report["judge"]["cache_corrupt"] == 4 and report["judge"]["cache_hits"] == 1
+        assert _prepare(src, out, srv.url, "--overwrite") == 0
+        assert len(srv.requests) == 9  # all from the cache now
+
+
+def test_offline_malformed_verdicts_are_counted_not_raised(tmp_path):
+    bad = [{"subtasks": [{"subtask": "a", "completed": "yes"}]}, {"subtasks": "all done"}, {"verdict": True}]
+    ts = [trajectory_from_dict(record(str(tmp_path), tid=f"b{i}", judge=j)) for i, j in enumerate(bad)]
+    kept, drops = clean(ts, CleanConfig())
+    assert not kept and [d.kind for d in drops] == ["unreadable"] * 3
+    assert "b0" in drops[0].detail and "subtasks[0]" in drops[0].detail

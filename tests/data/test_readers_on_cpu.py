@@ -7,7 +7,9 @@ import json
 import os
 
 import pytest
-from _data_helpers import png
+from _data_helpers import png, write_lines
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from verl_mopd.data.readers import (
@@ -37,13 +39,25 @@ PYAUTOGUI = [
     ("pyautogui.press('enter')", {"action": "key", "keys": ["enter"]}),
     ("pyautogui.hotkey('ctrl', 'u')", {"action": "key", "keys": ["ctrl", "u"]}),
     ("pyautogui.hotkey(['ctrl', 'shift', 't'])", {"action": "key", "keys": ["ctrl", "shift", "t"]}),
+    # the keyword forms OpenCUA's PyAutoGUIAction.to_command writes
+    ("pyautogui.hotkey(keys=['ctrl', 'c'])", {"action": "key", "keys": ["ctrl", "c"]}),
+    ("pyautogui.press(keys=['enter'])", {"action": "key", "keys": ["enter"]}),
+    ("pyautogui.press(keys='esc')", {"action": "key", "keys": ["esc"]}),
+    ("pyautogui.press('down', presses=1)", {"action": "key", "keys": ["down"]}),
+    ("pyautogui.write(message='SPOTIFY')\npyautogui.press(keys=['enter'])", {"action": "type", "text": "SPOTIFY\n"}),
+    ("pyautogui.write('a')\npyautogui.press('enter', presses=2)", {"action": "type", "text": "a\n\n"}),
+    ("pyautogui.typewrite(message='x')\npyautogui.press('tab')", {"action": "type", "text": "x\t"}),
+    ("pyautogui.typewrite(['h', 'i', 'enter'])", {"action": "type", "text": "hi\n"}),
+    ("pyautogui.typewrite(['f5'])", {"action": "key", "keys": ["f5"]}),
+    ("computer.tripleClick(x=0.2, y=0.3)", {"action": "triple_click", "coordinate": [0.2, 0.3]}),
+    ("pyautogui.dragTo(0.5, 0.5, button='left')", {"action": "left_click_drag", "coordinate": [0.5, 0.5]}),
     ("computer.terminate(status='success')", {"action": "terminate", "status": "success"}),
     ("computer.wait()", {"action": "wait"}),
     ("time.sleep(2)", {"action": "wait", "time": 2}),
 ]
 
 
-@pytest.mark.parametrize("code,expected", PYAUTOGUI)
+@pytest.mark.parametrize("code,expected", PYAUTOGUI, ids=[c[:40] for c, _ in PYAUTOGUI])
 def test_pyautogui_mapping(code, expected):
     assert pyautogui_to_action(code) == expected
 
@@ -56,7 +70,27 @@ def test_pyautogui_mapping(code, expected):
         ("pyautogui.click(x=foo, y=1)", "<non-literal arguments>"),
         ("import os", "<not a call>"),
         ("pyautogui.click(", "<syntax error>"),
+        # a sequence of presses is not one chord: not one student action
+        ("pyautogui.press(keys=['down'], presses=3)", "pyautogui.press(presses=3)"),
+        ("pyautogui.press('down', 3)", "pyautogui.press(presses=3)"),
+        ("pyautogui.press(['a', 'b'])", "pyautogui.press(2 keys in sequence)"),
+        ("pyautogui.typewrite(['a', 'f5'])", "pyautogui.typewrite(a key sequence)"),
+        ("pyautogui.write('a')\npyautogui.press('f5')", "<2 calls: pyautogui.write + pyautogui.press>"),
+        ("pyautogui.dragTo(0.5, 0.5, button='right')", "pyautogui.dragTo(button='right')"),
+        # pathological code: a counted drop, never an exception
+        ("pyautogui.click({[]: 1})", "<non-literal arguments>"),
+        ("pyautogui.click(" + "-" * 3000 + "1, 2)", "<syntax error>"),
+        ("pyautogui.click(" + "(" * 250 + "1" + ")" * 250 + ", 2)", "<syntax error>"),
+        ("pyautogui.click([[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+         "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])", "left_click"),
+        ("pyautogui.click(x=1, clicks=[2])", "left_click"),
+        ("pyautogui.press(keys=[1], presses=[1])", "pyautogui.press(presses=[1])"),
+        ("pyautogui.click(x=0.1, y=0.1)\x00", "<syntax error>"),
+        ("pyautogui.click(x=" + "9" * 5000 + ")", "<syntax error>"),  # past Python's int digit limit
+        ("x" * 20_000, "<code too long>"),
+        ("import os; os.system('id')", "<not a call>"),
     ],
+    ids=lambda v: v[:40],
 )
 def test_pyautogui_unmappable_keeps_a_name(code, name):
     assert pyautogui_to_action(code)["action"] == name
@@ -136,3 +170,148 @@ def test_android_control_episode(tmp_path):
     assert android_control_action({"action_type": "double_tap"}, w, h) == {"action": "double_tap"}
     with pytest.raises(SchemaError, match="one action fewer"):
         android_control_to_trajectory({**rec, "actions": rec["actions"][:2]}, str(tmp_path))
+
+
+# --------------------------------------------------------------------------- pyautogui: never raises
+
+_LITERAL = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6),
+    lambda kids: st.lists(kids, max_size=3) | st.tuples(kids, kids) | st.dictionaries(st.text(max_size=3), kids, max_size=2)
+    | st.frozensets(st.integers(0, 3), max_size=2),
+    max_leaves=6,
+)  # fmt: skip
+_NAMES = ["pyautogui.click", "pyautogui.rightClick", "pyautogui.doubleClick", "pyautogui.tripleClick",
+          "computer.tripleClick", "pyautogui.moveTo", "pyautogui.dragTo", "pyautogui.scroll", "pyautogui.hscroll",
+          "pyautogui.write", "pyautogui.typewrite", "pyautogui.press", "pyautogui.hotkey", "computer.terminate",
+          "computer.wait", "time.sleep", "pyautogui.mouseDown", "os.system"]  # fmt: skip
+_KW = ["x", "y", "keys", "presses", "message", "button", "clicks", "status", "seconds"]
+
+
+@st.composite
+def _code(draw):
+    calls = []
+    for _ in range(draw(st.integers(1, 3))):
+        args = [repr(v) for v in draw(st.lists(_LITERAL, max_size=3))]
+        args += [f"{k}={v!r}" for k, v in draw(st.dictionaries(st.sampled_from(_KW), _LITERAL, max_size=3)).items()]
+        calls.append(f"{draw(st.sampled_from(_NAMES))}({', '.join(args)})")
+    return "\n".join(calls)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_code(), st.text(max_size=60)))
+def test_pyautogui_never_raises_and_the_rule_reports_it(code):
+    from verl_mopd.data.trajectories import Step, Trajectory, check_action_space
+
+    action = pyautogui_to_action(code)
+    assert isinstance(action, dict) and isinstance(action["action"], str)
+    t = Trajectory("t", "desktop", "q", (Step(0, "/x.png", action),), coords="unit")
+    problem = check_action_space(t, None)  # a Problem or None, never an exception
+    assert problem is None or (problem.kind and "step 0" in problem.detail)
+
+
+# --------------------------------------------------------------------------- AgentNet as released
+
+def _an_step(i: int, image: str, code: str) -> dict:
+    """A step in AgentNet's full published layout."""
+    return {"index": i, "image": image, "value": {
+        "observation": f"obs {i}", "thought": f"I should do step {i}.", "action": f"Do step {i}.", "code": code,
+        "reflection": "The last action worked.", "last_step_correct": True, "last_step_redundant": False}}  # fmt: skip
+
+
+def _an_record(task_id: str, completed, codes: list[str], folder, rng) -> dict:
+    steps = []
+    for i, code in enumerate(codes):
+        name = f"{rng.getrandbits(128):032x}.png"  # AgentNet names frames by UUID
+        png(str(folder / name), (64, 36), (rng.randrange(256), rng.randrange(256), i))
+        steps.append(_an_step(i, name, code))
+    return {"task_id": task_id, "instruction": f"Task {task_id}", "task_completed": completed, "alignment_score": 8,
+            "efficiency_score": 7, "task_difficulty": 3, "reason": "why", "natural_language_task": "nl",
+            "actual_task": "actual", "domain": "Chrome", "traj": steps}  # fmt: skip
+
+
+END = "computer.terminate(status='success')"
+
+
+@pytest.fixture()
+def agentnet_release(tmp_path):
+    """The released layout: two JSONL files, each with its image folder beside it."""
+    import random
+
+    rng = random.Random(0)
+    ub, wm = tmp_path / "ubuntu_images", tmp_path / "win_mac_images"
+    ub.mkdir()
+    wm.mkdir()
+    ubuntu = [
+        _an_record("u-true", True, ["pyautogui.hotkey(keys=['ctrl', 'c'])",
+                                    "pyautogui.write(message='SPOTIFY')\npyautogui.press(keys=['enter'])",
+                                    "computer.tripleClick(x=0.25, y=0.75)", END], ub, rng),
+        _an_record("u-false", False, ["pyautogui.click(x=0.1, y=0.2)", END], ub, rng),
+        _an_record("u-null", None, ["pyautogui.press(keys=['down'], presses=1)", END], ub, rng),
+        _an_record("u-presses3", True, ["pyautogui.press(keys=['down'], presses=3)", END], ub, rng),
+        _an_record("u-evil", True, ["pyautogui.click({[]: 1})", END], ub, rng),
+        _an_record("u-deep", True, ["pyautogui.click(" + "-" * 3000 + "1, 2)", END], ub, rng),
+    ]
+    ubuntu.append({**ubuntu[0], "instruction": "the same task_id again"})
+    win_mac = [
+        _an_record("w-scroll", True, ["pyautogui.moveTo(x=0.396, y=0.7839)\npyautogui.scroll(-3)",
+                                      "pyautogui.moveTo(x=0.45, y=0.27)\npyautogui.dragTo(x=0.41, y=0.28, button='left')",
+                                      END], wm, rng),
+    ]  # fmt: skip
+    u = write_lines(str(tmp_path / "agentnet_ubuntu_5k.jsonl"), ubuntu)
+    w = write_lines(str(tmp_path / "agentnet_win_mac_18k.jsonl"), win_mac)
+    return tmp_path, u, w
+
+
+def test_agentnet_release_layout_with_defaults(agentnet_release):
+    import pandas as pd
+
+    from verl_mopd.data.cli import main as prepare_main
+
+    root, u, w = agentnet_release
+    out = root / "out"
+    assert prepare_main(["--agentnet", u, "--agentnet", w, "--out", str(out), "--val-fraction", "0", "--no-progress"]) == 0
+    dropped = {(d["id"], d["rule"], d["kind"]) for d in map(json.loads, open(out / "dropped.jsonl"))}
+    assert dropped == {
+        ("u-false", "subtasks", "not_completed"),  # task_completed=false honoured
+        ("u-null", "subtasks", "no_verdict"),  # no verdict: dropped by default, counted
+        ("u-presses3", "action_space", "unknown_action"),
+        ("u-evil", "action_space", "unknown_action"),
+        ("u-deep", "action_space", "unknown_action"),
+        ("u-true", "parse", "duplicate_id"),
+    }
+    df = pd.read_parquet(out / "rl" / "train.parquet")
+    truth = {(r["id"], r["index"]): json.loads(g)["action"]
+             for r, g in zip(df["extra_info"], (m["ground_truth"] for m in df["reward_model"]))}  # fmt: skip
+    assert truth[("u-true", 0)] == {"action": "key", "keys": ["ctrl", "c"]}
+    assert truth[("u-true", 1)] == {"action": "type", "text": "SPOTIFY\n"}
+    assert truth[("u-true", 2)] == {"action": "triple_click", "coordinate": [250, 750]}
+    assert truth[("w-scroll", 0)] == {"action": "scroll", "pixels": -3, "coordinate": [396, 784]}
+    assert truth[("w-scroll", 1)] == {"action": "left_click_drag", "coordinate": [450, 270], "coordinate2": [410, 280]}
+    cleaned = {t["id"]: t for t in map(json.loads, open(out / "cleaned.jsonl"))}
+    assert cleaned["u-true"]["judge"]["model"] == "agentnet:task_completed" and cleaned["u-true"]["meta"]["domain"] == "Chrome"
+    assert cleaned["u-true"]["steps"][0]["screenshot"].startswith(str(root / "ubuntu_images"))
+    assert cleaned["w-scroll"]["steps"][0]["screenshot"].startswith(str(root / "win_mac_images"))
+
+    keep = root / "keep"
+    assert prepare_main(["--agentnet", u, "--out", str(keep), "--missing-verdict", "keep", "--no-progress"]) == 0
+    assert "u-null" in {t["id"] for t in map(json.loads, open(keep / "cleaned.jsonl"))}
+
+
+def test_agentnet_image_folders_per_file_and_clear_errors(agentnet_release, capsys):
+    from verl_mopd.data.cli import main as prepare_main
+
+    root, u, w = agentnet_release
+    moved = root / "elsewhere"
+    (root / "ubuntu_images").rename(moved)
+    with pytest.raises(SystemExit) as e:
+        prepare_main(["--agentnet", u, "--agentnet", w, "--out", str(root / "o1"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "ubuntu_images" in err and "--agentnet-images" in err
+    args = ["--agentnet", u, "--agentnet", w, "--agentnet-images", str(moved), "--agentnet-images", str(root / "win_mac_images")]
+    assert prepare_main([*args, "--out", str(root / "o2"), "--no-progress"]) == 0
+    kept = {t["id"] for t in map(json.loads, open(root / "o2" / "cleaned.jsonl"))}
+    assert kept == {"u-true", "w-scroll"}
+    with pytest.raises(SystemExit):
+        prepare_main([*args, "--agentnet-images", str(moved), "--out", str(root / "o3"), "--no-progress"])
+    assert "given 3 times for 2 --agentnet files" in capsys.readouterr().err

@@ -75,17 +75,18 @@ def _traj(indices, actions=None, shots=None):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=8))
-def test_structure_passes_iff_indices_consecutive(indices):
-    consecutive = all(b == a + 1 for a, b in zip(indices, indices[1:]))
-    assert (check_structure(_traj(indices)) is None) == consecutive
+def test_structure_passes_iff_indices_are_0_1_2(indices):
+    assert (check_structure(_traj(indices)) is None) == (indices == list(range(len(indices))))
 
 
 def test_structure_duplicates_and_empty():
-    assert "duplicated step index" in check_structure(_traj([0, 1, 1]))
+    assert check_structure(_traj([0, 1, 1])).kind == "duplicated_index"
+    assert check_structure(_traj([0, 2])).kind == "non_consecutive"
+    assert check_structure(_traj([1, 2])) == ("bad_start", "step indices start at 1, not 0")
     same = check_structure(_traj([0, 1], shots=["/a.png", "/a.png"]))
-    assert same and "duplicates step 0" in same
+    assert same.kind == "duplicate_step" and "repeats step 0" in same.detail
     assert check_structure(_traj([0, 1], shots=["/a.png", "/b.png"])) is None
-    assert check_structure(Trajectory("t", "mobile", "q", ())) == "no steps"
+    assert check_structure(Trajectory("t", "mobile", "q", ())) == ("no_steps", "no steps")
 
 
 def test_action_space_aliases_grid_and_rejects(tmp_path):
@@ -124,10 +125,11 @@ def test_unit_coords_and_bbox_to_grid():
 
 def test_missing_verdict_modes(tmp_path):
     t = trajectory_from_dict(record(str(tmp_path), judge=None))
+    kept, drops = clean([t], CleanConfig())  # default: drop, counted
+    assert CleanConfig().missing_verdict == "drop"
+    assert not kept and (drops[0].rule, drops[0].kind, drops[0].detail) == ("subtasks", "no_verdict", "no judge verdict")
     with pytest.raises(ValueError, match="no subtask verdict"):
-        clean([t], CleanConfig())
-    kept, drops = clean([t], CleanConfig(missing_verdict="drop"))
-    assert not kept and drops[0].rule == "subtasks" and drops[0].detail == "no judge verdict"
+        clean([t], CleanConfig(missing_verdict="error"))
     assert clean([t], CleanConfig(missing_verdict="keep"))[0] == [t]
 
 

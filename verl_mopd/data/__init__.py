@@ -1,13 +1,16 @@
 """Uni-GUI data pipeline: trajectory schema, cleaning with a per-reason report, readers, verl parquet.
 
-See :mod:`verl_mopd.data.trajectories` (schema, rules), :mod:`.readers` (AgentNet, AndroidControl),
-:mod:`.judges` (subtask judge), :mod:`.convert` (parquet layout) and :mod:`.cli` (``verl-mopd prepare``).
+See :mod:`verl_mopd.data.trajectories` (schema, rules), :mod:`.images` (path confinement and the image
+check), :mod:`.readers` (AgentNet, AndroidControl), :mod:`.judges` (subtask judge), :mod:`.convert`
+(parquet layout, streamed) and :mod:`.cli` (``verl-mopd prepare``).
 """
 
 from verl_mopd.data.convert import ConvertConfig, convert, split_by_trajectory, trajectory_rows
-from verl_mopd.data.judges import JudgeConfig, OfflineJudge, OpenAIJudge, Verdict
+from verl_mopd.data.images import DataRoots, ImageIndex, inspect_image
+from verl_mopd.data.judges import JudgeConfig, OfflineJudge, OpenAIJudge, UnreadableVerdict, Verdict
 from verl_mopd.data.readers import read_agentnet, read_android_control
 from verl_mopd.data.trajectories import (
+    PARSE,
     RULES,
     CleanConfig,
     Drop,
@@ -16,27 +19,34 @@ from verl_mopd.data.trajectories import (
     Trajectory,
     clean,
     clean_report,
+    drop_duplicate_ids,
     format_report,
     read_jsonl,
     write_jsonl,
 )
 
 __all__ = [
+    "PARSE",
     "RULES",
     "CleanConfig",
     "ConvertConfig",
+    "DataRoots",
     "Drop",
+    "ImageIndex",
     "JudgeConfig",
     "OfflineJudge",
     "OpenAIJudge",
     "SchemaError",
     "Step",
     "Trajectory",
+    "UnreadableVerdict",
     "Verdict",
     "clean",
     "clean_report",
     "convert",
+    "drop_duplicate_ids",
     "format_report",
+    "inspect_image",
     "read_agentnet",
     "read_android_control",
     "read_jsonl",

@@ -33,8 +33,18 @@ each).
 History: previous steps of the same trajectory, each its ``description`` if it has one, else its
 tool call's JSON. Split: by trajectory, never by step, per platform, seeded.
 
-Output layout under ``out_dir``: ``rl/{train,val}.parquet``, ``sft/<platform>/{train,val}.parquet``,
-``cleaned.jsonl``, ``report.json``, ``dropped.jsonl``, ``manifest.json``.
+Memory: rows are streamed, one trajectory at a time, into one ``pyarrow.parquet.ParquetWriter``
+per file; a writer flushes a row group every :data:`ROW_GROUP_BYTES` of buffered rows (image
+bytes included), so peak memory is bounded by about six row groups (one per open file) whatever
+the number of steps. Images are read through :func:`verl_mopd.data.images.read_screenshot`
+(refused paths are never opened; with an :class:`~verl_mopd.data.images.ImageIndex`, bytes that
+changed since they were checked are refused). The schema is fixed (:func:`rl_schema`,
+:func:`sft_schema`), so every row group of a file agrees. Text columns are dictionary-encoded
+(each row repeats its platform's system prompt); image bytes are stored plain.
+
+Output layout under ``out_dir``: ``rl/{train,val}.parquet``, ``sft/<platform>/{train,val}.parquet``
+(``verl-mopd prepare`` adds ``cleaned.jsonl``, ``report.json``, ``dropped.jsonl``,
+``manifest.json``).
 """
 
 from __future__ import annotations
@@ -46,12 +56,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from verl_mopd.data.trajectories import Trajectory, step_action, step_bbox
+from verl_mopd.data.images import ImageIndex, read_screenshot
+from verl_mopd.data.trajectories import Step, Trajectory, step_action, step_bbox
 from verl_mopd.rewards.actions import DEFAULT_PROMPT_ACTIONS, PLATFORMS
 from verl_mopd.rewards.prompts import render_tool_call, system_prompt
 
 IMAGE_MODES = ("bytes", "path")
 ABILITY = "gui_agent"
+ROW_GROUP_BYTES = 32 << 20  # buffered bytes per file before a row group is written
+ROW_GROUP_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -138,17 +151,13 @@ def _image_entry(path: str, data: bytes | None, cfg: ConvertConfig) -> dict[str,
     return entry
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def trajectory_rows(
     t: Trajectory, split: str, cfg: ConvertConfig, images: Mapping[str, bytes] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(rl_rows, sft_rows)`` of one trajectory, one of each per step.
 
-    ``images``: screenshot bytes by path (read here when missing and ``image_mode="bytes"``).
+    ``images``: screenshot bytes by path (read here, through the path check, when missing and
+    ``image_mode="bytes"``).
     """
     system = system_prompt(t.platform, cfg.action_sets.get(t.platform))
     source = t.source or t.platform
@@ -156,7 +165,9 @@ def trajectory_rows(
     for i, s in enumerate(t.steps):
         data = None
         if cfg.image_mode == "bytes":
-            data = images[s.screenshot] if images and s.screenshot in images else _read(s.screenshot)
+            data = images[s.screenshot] if images and s.screenshot in images else read_screenshot(s)
+        elif s.path_error:
+            read_screenshot(s)  # raises: a refused path is not written into the parquet either
         prompt = [{"role": "system", "content": system}, {"role": "user", "content": user_content(t, i, cfg)}]
         gt = ground_truth(t, i)
         extra = {
@@ -168,11 +179,12 @@ def trajectory_rows(
             "bbox": gt.get("bbox"),
             "split": split,
         }
+        image = [_image_entry(s.screenshot, data, cfg)]
         rl.append(
             {
                 "data_source": source,
                 "prompt": prompt,
-                "images": [_image_entry(s.screenshot, data, cfg)],
+                "images": image,
                 "ability": ABILITY,
                 "reward_model": {"style": "rule", "ground_truth": json.dumps(gt, ensure_ascii=False)},
                 "extra_info": extra,
@@ -184,7 +196,7 @@ def trajectory_rows(
             {
                 "data_source": source,
                 "messages": [*prompt, {"role": "assistant", "content": assistant_content(s.thought, call)}],
-                "images": [_image_entry(s.screenshot, data, cfg)],
+                "images": image,
                 "extra_info": extra,
                 "platform": t.platform,
             }
@@ -210,65 +222,171 @@ def split_by_trajectory(trajectories: Sequence[Trajectory], val_fraction: float,
     return out
 
 
-def write_parquet(rows: Sequence[Mapping[str, Any]], path: str, progress: bool = False) -> int:
-    """Rows -> parquet via HF ``datasets`` (atomic: temp file + rename). Returns the row count."""
-    import datasets
-    from datasets.utils import logging as ds_logging
+def _messages_type():
+    import pyarrow as pa
 
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp"
-    was_enabled = ds_logging.is_progress_bar_enabled()
-    if not progress:
-        ds_logging.disable_progress_bar()
-    try:
-        datasets.Dataset.from_list(list(rows)).to_parquet(tmp)
-    finally:
-        if was_enabled:
-            ds_logging.enable_progress_bar()
-    os.replace(tmp, path)
-    return len(rows)
+    return pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 
 
-def load_images(paths: Iterable[str], workers: int, progress: bool = False) -> dict[str, bytes]:
-    """Read every distinct file with ``workers`` threads (image I/O dominates conversion time)."""
-    unique = list(dict.fromkeys(paths))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        it = pool.map(_read, unique)
-        if progress:
-            from tqdm import tqdm
+def _images_type(cfg: ConvertConfig):
+    import pyarrow as pa
 
-            it = tqdm(it, total=len(unique), desc="images", unit="img")
-        return dict(zip(unique, it))
+    fields = [("bytes", pa.binary())] if cfg.image_mode == "bytes" else [("image", pa.string())]
+    fields += [(name, pa.int64()) for name in ("min_pixels", "max_pixels") if getattr(cfg, name) is not None]
+    return pa.list_(pa.struct(fields))
+
+
+def _extra_type():
+    import pyarrow as pa
+
+    return pa.struct(
+        [("platform", pa.string()), ("id", pa.string()), ("index", pa.int64()), ("step_id", pa.string()),
+         ("num_steps", pa.int64()), ("bbox", pa.list_(pa.float64())), ("split", pa.string())]
+    )  # fmt: skip
+
+
+def rl_schema(cfg: ConvertConfig):
+    """The RL parquet's pyarrow schema (module docstring)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [("data_source", pa.string()), ("prompt", _messages_type()), ("images", _images_type(cfg)),
+         ("ability", pa.string()), ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+         ("extra_info", _extra_type()), ("platform", pa.string())]
+    )  # fmt: skip
+
+
+def sft_schema(cfg: ConvertConfig):
+    """The SFT parquet's pyarrow schema (module docstring)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [("data_source", pa.string()), ("messages", _messages_type()), ("images", _images_type(cfg)),
+         ("extra_info", _extra_type()), ("platform", pa.string())]
+    )  # fmt: skip
+
+
+def _text_columns(schema) -> list[str]:
+    """Leaf column paths to dictionary-encode: every string leaf (not the image bytes)."""
+    import pyarrow as pa
+
+    out = []
+
+    def walk(t, path):
+        if pa.types.is_struct(t):
+            for f in t:
+                walk(f.type, f"{path}.{f.name}")
+        elif pa.types.is_list(t):
+            walk(t.value_type, f"{path}.list.element")
+        elif pa.types.is_string(t):
+            out.append(path)
+
+    for f in schema:
+        walk(f.type, f.name)
+    return out
+
+
+class ParquetSink:
+    """Rows -> one parquet file, written a row group at a time (bounded memory).
+
+    The file appears only on :meth:`close` (temp file + rename); :meth:`abort` removes the temp file.
+    """
+
+    def __init__(self, path: str, schema, max_bytes: int = ROW_GROUP_BYTES, max_rows: int = ROW_GROUP_ROWS):
+        self.path, self.schema, self.max_bytes, self.max_rows = path, schema, max_bytes, max_rows
+        self.tmp = f"{path}.tmp"
+        self.rows: list[dict[str, Any]] = []
+        self.nbytes = 0
+        self.count = 0
+        self._writer = None
+
+    def add(self, row: dict[str, Any], nbytes: int) -> None:
+        self.rows.append(row)
+        self.nbytes += nbytes
+        if self.nbytes >= self.max_bytes or len(self.rows) >= self.max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(self.rows, schema=self.schema)
+        if self._writer is None:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            self._writer = pq.ParquetWriter(self.tmp, self.schema, use_dictionary=_text_columns(self.schema))
+        self._writer.write_table(table, row_group_size=len(self.rows))
+        self.count += len(self.rows)
+        self.rows, self.nbytes = [], 0
+
+    def close(self) -> int:
+        self.flush()
+        if self._writer is not None:
+            self._writer.close()
+            os.replace(self.tmp, self.path)
+        return self.count
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
+
+
+def _row_bytes(row: Mapping[str, Any]) -> int:
+    n = sum(len(m["content"]) for m in row.get("prompt") or row.get("messages") or ())
+    return n + sum(len(im.get("bytes") or b"") for im in row["images"])
 
 
 def convert(
-    trajectories: Sequence[Trajectory], out_dir: str, cfg: ConvertConfig | None = None, progress: bool = False
+    trajectories: Sequence[Trajectory],
+    out_dir: str,
+    cfg: ConvertConfig | None = None,
+    progress: bool = False,
+    images: ImageIndex | None = None,
 ) -> dict[str, Any]:
-    """Write the RL and per-platform SFT parquet files; returns ``{"files": {relpath: rows}, "split": ...}``."""
+    """Write the RL and per-platform SFT parquet files, streaming (module docstring).
+
+    Returns ``{"files": {relpath: rows}, "split_trajectories": {platform: {"train": n, "val": n}}}``.
+    ``images``: the index the ``screenshots`` rule checked; bytes read here must match it.
+    """
     cfg = cfg or ConvertConfig()
     split = split_by_trajectory(trajectories, cfg.val_fraction, cfg.seed)
-    images: dict[str, bytes] = {}
-    if cfg.image_mode == "bytes":
-        images = load_images((s.screenshot for t in trajectories for s in t.steps), cfg.workers, progress)
-    rl: dict[str, list] = {"train": [], "val": []}
-    sft: dict[tuple[str, str], list] = {}
+    sinks: dict[str, ParquetSink] = {}
+
+    def sink(rel: str, schema) -> ParquetSink:
+        if rel not in sinks:
+            sinks[rel] = ParquetSink(os.path.join(out_dir, rel), schema)
+        return sinks[rel]
+
+    def read(step: Step) -> bytes:
+        expect = images.of(step).sha256 if images is not None and not step.path_error else None
+        return read_screenshot(step, expect or None)
+
+    rl_type, sft_type = rl_schema(cfg), sft_schema(cfg)
     it: Iterable[Trajectory] = trajectories
     if progress:
         from tqdm import tqdm
 
         it = tqdm(trajectories, desc="convert", unit="traj")
-    for t in it:
-        part = split[t.id]
-        rl_rows, sft_rows = trajectory_rows(t, part, cfg, images)
-        rl[part] += rl_rows
-        sft.setdefault((t.platform, part), []).extend(sft_rows)
-    files: dict[str, int] = {}
-    for part, rows in rl.items():
-        if rows:
-            files[f"rl/{part}.parquet"] = write_parquet(rows, os.path.join(out_dir, "rl", f"{part}.parquet"), progress)
-    for (platform, part), rows in sorted(sft.items()):
-        rel = f"sft/{platform}/{part}.parquet"
-        files[rel] = write_parquet(rows, os.path.join(out_dir, rel), progress)
+    try:
+        with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+            for t in it:
+                part = split[t.id]
+                data = None
+                if cfg.image_mode == "bytes":
+                    data = dict(zip((s.screenshot for s in t.steps), pool.map(read, t.steps)))
+                rl_rows, sft_rows = trajectory_rows(t, part, cfg, data)
+                for row in rl_rows:
+                    sink(f"rl/{part}.parquet", rl_type).add(row, _row_bytes(row))
+                for row in sft_rows:
+                    sink(f"sft/{t.platform}/{part}.parquet", sft_type).add(row, _row_bytes(row))
+        files = {rel: sinks[rel].close() for rel in sorted(sinks)}
+    except BaseException:
+        for s in sinks.values():
+            s.abort()
+        raise
     counts = {
         p: {part: sum(1 for t in trajectories if t.platform == p and split[t.id] == part) for part in ("train", "val")}
         for p in PLATFORMS
@@ -279,14 +397,16 @@ def convert(
 __all__ = [
     "ABILITY",
     "IMAGE_MODES",
+    "ROW_GROUP_BYTES",
     "ConvertConfig",
+    "ParquetSink",
     "assistant_content",
     "convert",
     "ground_truth",
     "history_lines",
-    "load_images",
+    "rl_schema",
+    "sft_schema",
     "split_by_trajectory",
     "trajectory_rows",
     "user_content",
-    "write_parquet",
 ]

@@ -18,6 +18,14 @@ Verdict layout (what the judge must answer, and what is stored in the trajectory
 
 An item with ``score`` instead of ``completed`` counts as completed when ``score >= threshold``
 (70, the public release's threshold). Standard library only (``urllib``).
+
+A verdict that cannot be read (an answer with no JSON object, ``"completed": "yes"``, a malformed
+``judge`` field in the data) is returned as :class:`UnreadableVerdict` and the ``subtasks`` rule
+drops that trajectory (kind ``unreadable``) instead of stopping the run. When the trajectory lists
+its ``subtasks``, a verdict must cover each of them by name (case, spacing, numbering and final
+punctuation ignored), else it is refused (kind ``uncovered``). A cache file that is not a JSON
+object with a string ``answer`` (torn, empty, edited), or whose answer no longer reads as a
+verdict, is named in ``stats["cache_corrupt_files"]``, asked again, and overwritten.
 """
 
 from __future__ import annotations
@@ -27,14 +35,16 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from verl_mopd.data.trajectories import Trajectory
+from verl_mopd.data.images import identify, read_screenshot
+from verl_mopd.data.trajectories import Step, Trajectory
 
 SCORE_THRESHOLD = 70.0
 
@@ -44,6 +54,11 @@ class SubtaskVerdict:
     subtask: str
     completed: bool
     score: float | None = None
+
+
+def _subtask_key(name: str) -> str:
+    """A subtask name as compared: case, spacing, leading numbering and final punctuation ignored."""
+    return re.sub(r"^\s*\d+[.)]\s*", "", " ".join(name.casefold().split())).rstrip(" .;:")
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,11 @@ class Verdict:
     @property
     def all_completed(self) -> bool:
         return bool(self.subtasks) and all(s.completed for s in self.subtasks)
+
+    def uncovered(self, listed: Iterable[str]) -> list[str]:
+        """The ``listed`` subtasks this verdict says nothing about."""
+        have = {_subtask_key(s.subtask) for s in self.subtasks}
+        return [s for s in listed if _subtask_key(s) not in have]
 
     def to_dict(self) -> dict[str, Any]:
         items = []
@@ -93,18 +113,30 @@ class Verdict:
         return cls(tuple(items), str(d.get("model") or ""))
 
 
+@dataclass(frozen=True)
+class UnreadableVerdict:
+    """A verdict that could not be read; ``reason`` says why (the ``subtasks`` rule drops it)."""
+
+    reason: str
+
+
+def _data_verdict(t: Trajectory, threshold: float) -> Verdict | UnreadableVerdict:
+    try:
+        return Verdict.from_dict(t.judge, threshold, where=f"trajectory {t.id!r}.judge")
+    except ValueError as e:
+        return UnreadableVerdict(str(e))
+
+
 class OfflineJudge:
     """Verdicts already in the data (the trajectory's ``judge`` field)."""
 
     def __init__(self, threshold: float = SCORE_THRESHOLD):
         self.threshold = threshold
 
-    def verdict(self, t: Trajectory) -> Verdict | None:
-        if t.judge is None:
-            return None
-        return Verdict.from_dict(t.judge, self.threshold, where=f"trajectory {t.id!r}.judge")
+    def verdict(self, t: Trajectory) -> Verdict | UnreadableVerdict | None:
+        return None if t.judge is None else _data_verdict(t, self.threshold)
 
-    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list[Verdict | None]:
+    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list:
         return [self.verdict(t) for t in trajectories]
 
 
@@ -172,7 +204,8 @@ object and nothing else:
 
 def _subtask_block(t: Trajectory) -> str:
     if t.subtasks:
-        return "Subtasks to check:\n" + "\n".join(f"{i}. {s}" for i, s in enumerate(t.subtasks, 1))
+        listed = "\n".join(f"{i}. {s}" for i, s in enumerate(t.subtasks, 1))
+        return f"Subtasks to check (answer for each one, copying its text exactly):\n{listed}"
     return "First decompose the instruction into its subtasks (each a verifiable outcome)."
 
 
@@ -184,16 +217,19 @@ def _action_lines(t: Trajectory) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def _data_url(path: str) -> str:
-    ext = os.path.splitext(path)[1].lower().lstrip(".")
-    mime = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp"}.get(ext, "png")
-    with open(path, "rb") as f:
-        return f"data:image/{mime};base64," + base64.b64encode(f.read()).decode("ascii")
+def _data_url(step: Step) -> str:
+    """The step's screenshot as a data URL; only a checked image inside the data roots is sent."""
+    data = read_screenshot(step)
+    try:
+        fmt, _ = identify(data)
+    except ValueError as e:
+        raise ValueError(f"step {step.index}: screenshot {step.screenshot!r} {e}; not sent to the judge") from None
+    return f"data:image/{fmt.lower()};base64," + base64.b64encode(data).decode("ascii")
 
 
 def build_messages(t: Trajectory, max_images: int) -> list[dict[str, Any]]:
     """The chat request for one trajectory: the prompt text, then the last ``max_images`` screenshots."""
-    shots = [s.screenshot for s in t.steps][-max_images:] if max_images else []
+    shots = list(t.steps[-max_images:]) if max_images else []
     note = f"The last {len(shots)} screenshots of the trajectory follow, oldest first.\n\n" if shots else ""
     text = JUDGE_PROMPT.format(
         platform=t.platform,
@@ -203,7 +239,7 @@ def build_messages(t: Trajectory, max_images: int) -> list[dict[str, Any]]:
         image_note=note,
     )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    content += [{"type": "image_url", "image_url": {"url": _data_url(p)}} for p in shots]
+    content += [{"type": "image_url", "image_url": {"url": _data_url(s)}} for s in shots]
     return [{"role": "user", "content": content}]
 
 
@@ -232,10 +268,25 @@ class JudgeError(RuntimeError):
 
 @dataclass
 class OpenAIJudge:
-    """Judge through an OpenAI-compatible chat-completions endpoint, with an on-disk cache."""
+    """Judge through an OpenAI-compatible chat-completions endpoint, with an on-disk cache.
+
+    ``stats``: ``requests`` sent, ``cache_hits``, ``reused`` (verdicts already in the data),
+    ``unreadable`` answers or data verdicts, ``cache_corrupt`` files (named in
+    ``cache_corrupt_files``, at most 20).
+    """
 
     config: JudgeConfig
-    stats: dict[str, int] = field(default_factory=lambda: {"requests": 0, "cache_hits": 0, "reused": 0})
+    stats: dict[str, Any] = field(
+        default_factory=lambda: {"requests": 0, "cache_hits": 0, "reused": 0, "unreadable": 0, "cache_corrupt": 0,
+                                 "cache_corrupt_files": []}  # fmt: skip
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def _count(self, key: str, path: str | None = None) -> None:
+        with self._lock:
+            self.stats[key] += 1
+            if path is not None and len(self.stats["cache_corrupt_files"]) < 20:
+                self.stats["cache_corrupt_files"].append(path)
 
     def _request_body(self, t: Trajectory) -> dict[str, Any]:
         c = self.config
@@ -271,7 +322,7 @@ class OpenAIJudge:
                     payload = json.loads(resp.read().decode("utf-8"))
                 msg = payload["choices"][0]["message"]
                 text = msg.get("content") or msg.get("reasoning_content") or ""
-                if not text.strip():
+                if not isinstance(text, str) or not text.strip():
                     last = "empty answer"
                     continue
                 return text
@@ -279,38 +330,62 @@ class OpenAIJudge:
                 last = f"HTTP {e.code}: {e.read()[:200]!r}"
                 if e.code < 500 and e.code != 429:
                     break  # a client error does not improve with retries
-            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
                 last = f"{type(e).__name__}: {e}"
         raise JudgeError(f"judge request to {url} (model {c.model!r}) failed: {last}")
 
-    def verdict(self, t: Trajectory) -> Verdict:
+    def _cached(self, path: str) -> Verdict | None:
+        """The cached verdict, or None (absent; or corrupt: counted, named, and asked again)."""
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                entry = json.load(f)
+            if not isinstance(entry, dict) or not isinstance(entry.get("answer"), str):
+                raise ValueError("expected a JSON object with a string 'answer'")
+            verdict = parse_verdict_text(entry["answer"], self.config.threshold, self.config.model)
+        except (OSError, ValueError) as e:
+            self._count("cache_corrupt", f"{path}: {type(e).__name__}: {str(e)[:120]}")
+            return None
+        self._count("cache_hits")
+        return verdict
+
+    def _store(self, path: str, t: Trajectory, text: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"trajectory": t.id, "model": self.config.model, "answer": text}, f, ensure_ascii=False)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def verdict(self, t: Trajectory) -> Verdict | UnreadableVerdict:
         c = self.config
         if c.reuse_verdicts and t.judge is not None:
-            self.stats["reused"] += 1
-            return Verdict.from_dict(t.judge, c.threshold, where=f"trajectory {t.id!r}.judge")
+            self._count("reused")
+            v = _data_verdict(t, c.threshold)
+            if isinstance(v, UnreadableVerdict):
+                self._count("unreadable")
+            return v
         body = self._request_body(t)
         path = self._cache_path(body)
-        text = None
-        if path and os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                text = json.load(f)["answer"]
-            self.stats["cache_hits"] += 1
-        if text is None:
-            text = self._post(body)
-            self.stats["requests"] += 1
+        cached = self._cached(path) if path else None
+        if cached is not None:
+            return cached
+        text = self._post(body)
+        self._count("requests")
         try:
             verdict = parse_verdict_text(text, c.threshold, c.model)
         except ValueError as e:
-            raise JudgeError(f"trajectory {t.id!r}: {e}") from None
-        if path and not os.path.isfile(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"trajectory": t.id, "model": c.model, "answer": text}, f, ensure_ascii=False)
-            os.replace(tmp, path)
+            self._count("unreadable")
+            return UnreadableVerdict(str(e))  # not cached: the next run asks again
+        if path:
+            self._store(path, t, text)
         return verdict
 
-    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list[Verdict | None]:
+    def verdicts(self, trajectories: Sequence[Trajectory], progress: bool = False) -> list:
         with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
             it = pool.map(self.verdict, trajectories)
             if progress:
@@ -328,6 +403,7 @@ __all__ = [
     "OfflineJudge",
     "OpenAIJudge",
     "SubtaskVerdict",
+    "UnreadableVerdict",
     "Verdict",
     "build_messages",
     "parse_verdict_text",

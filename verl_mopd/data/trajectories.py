@@ -1,6 +1,6 @@
 """Uni-GUI trajectory schema, normalization to the Qwen3-VL action format, and the cleaning rules.
 
-Schema (JSONL, one trajectory a line; paths relative to the JSONL file's folder or absolute)::
+Schema (JSONL, one trajectory a line)::
 
     {"id": "traj-0001",                      # unique
      "platform": "desktop" | "mobile",
@@ -10,8 +10,8 @@ Schema (JSONL, one trajectory a line; paths relative to the JSONL file's folder 
                                              #   pixel = absolute pixels of screen_size,
                                              #   unit  = 0-1 fractions (pyautogui/AgentNet),
                                              #   grid  = Qwen3-VL's 0-1000 grid
-     "steps": [{"index": 0,                  # consecutive integers
-                "screenshot": "imgs/0.png",  # the screen the action is taken on
+     "steps": [{"index": 0,                  # 0, 1, 2, ...
+                "screenshot": "imgs/0.png",  # the screen the action is taken on (see "Paths")
                 "action": {"action": "left_click", "coordinate": [18, 491]},
                 "thought": "The terminal icon is ...",      # optional reasoning
                 "description": "Click the terminal icon",   # optional, shown in later steps' history
@@ -23,7 +23,12 @@ Schema (JSONL, one trajectory a line; paths relative to the JSONL file's folder 
                                              # optional verdict (written by the judge, read offline)
      "env_mismatch": false,                  # optional: the query does not fit the environment
      "source": "agentnet",                   # optional: becomes the parquet's data_source
-     "meta": {...}}                          # optional, carried through untouched
+     "meta": {...}}                          # optional object, carried through untouched
+
+Paths: a relative ``screenshot`` joins the JSONL file's folder (the data root). Every path,
+relative or absolute, is resolved with its symlinks and must land under the data root or under
+an allowed root (``roots``, ``--image-root``); a path that does not is refused (the step's
+``path_error``) and never opened (:mod:`verl_mopd.data.images`).
 
 ``action`` is the platform's native tool vocabulary: a Qwen3-VL ``computer_use`` / ``mobile_use``
 ``arguments`` dict whose coordinates are in ``coords`` space; action-name aliases (``tap``,
@@ -32,35 +37,49 @@ Readers (:mod:`verl_mopd.data.readers`) turn public formats into this schema and
 cannot map under their own name, so that the ``action_space`` rule counts them instead of a reader
 dropping them.
 
+Reading never stops at a bad line: a line that is not UTF-8, not JSON, not an object, does not
+follow the schema, or repeats an earlier id is a ``parse`` drop naming ``file:line`` (given a
+``drops`` list; without one the first bad line raises :class:`SchemaError`).
+
 Cleaning (UI-MOPD, Uni-GUI section: structural anomalies, actions outside the student's action
 space, > 40 steps, query/environment mismatch, subtask judge), as named rules applied in
 :data:`RULES` order; a trajectory is dropped by the first rule it fails, so
-``input = kept + sum(dropped by rule)`` holds for trajectories and for steps:
+``input = kept + parse drops + sum(dropped by rule)`` holds for trajectories and for steps. Each
+drop carries a ``kind`` (in brackets below) under its rule:
 
 =============== =========================================================================
 rule            drops a trajectory when
 =============== =========================================================================
-structure       it has no steps, its step indices are not consecutive (gaps, duplicated or
-                unordered indices), or two consecutive steps repeat the same screenshot and
-                action (a duplicated step)
-screenshots     a step's screenshot file does not exist
+structure       it has no steps [no_steps], its indices do not start at 0 [bad_start] or
+                are not consecutive [non_consecutive, duplicated_index], or two consecutive
+                steps show the same screenshot (same bytes, whatever the file name) and take
+                the same action [duplicate_step]
+screenshots     a step's screenshot path is refused [refused_path], or the file is not a
+                usable image [unusable]: missing, not a regular file, empty, not a PNG/JPEG/
+                WEBP image, truncated or corrupt (checked with Pillow, :mod:`.images`)
 action_space    a step's action (or bbox) does not normalize, or the action is not in the
-                student's action set (the actions its system prompt offers)
-max_steps       it has more than ``max_steps`` (40) steps
-env_mismatch    its ``env_mismatch`` flag is true
-subtasks        the subtask judge says a subtask was not completed (or gave no verdict)
+                student's action set (the actions its system prompt offers) [the
+                :class:`~verl_mopd.rewards.actions.ActionError` reason]
+max_steps       it has more than ``max_steps`` (40) steps [too_long]
+env_mismatch    its ``env_mismatch`` flag is true [flagged]
+subtasks        the judge says a subtask was not completed [not_completed] or lists none
+                [no_subtasks]; its verdict is unreadable [unreadable] or leaves out a subtask
+                the trajectory lists [uncovered]; or there is no verdict [no_verdict] and
+                ``missing_verdict="drop"`` (the default)
 =============== =========================================================================
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from verl_mopd.data.images import MISSING, DataRoots, ImageIndex
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
@@ -74,11 +93,20 @@ from verl_mopd.rewards.actions import (
 
 COORDS = ("pixel", "unit", "grid")
 RULES = ("structure", "screenshots", "action_space", "max_steps", "env_mismatch", "subtasks")
+PARSE = "parse"  # the drop reason of an input line that never became a trajectory
 MAX_STEPS = 40  # UI-MOPD: trajectories longer than 40 steps are dropped
+MISSING_VERDICTS = ("drop", "keep", "error")
 
 
 class SchemaError(ValueError):
-    """A trajectory record that does not follow the schema; the message names the field."""
+    """An input line or record that does not follow the schema; the message names the place and field.
+
+    ``kind``: ``not_utf8``, ``not_json``, ``not_object``, ``schema`` or ``duplicate_id``.
+    """
+
+    def __init__(self, message: str, kind: str = "schema"):
+        super().__init__(message)
+        self.kind = kind
 
 
 # ----------------------------------------------------------------------------- schema
@@ -86,7 +114,11 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    """One step: the screen (``screenshot``) and the action taken on it, in native coordinates."""
+    """One step: the screen (``screenshot``) and the action taken on it, in native coordinates.
+
+    ``screenshot`` is the resolved path, or, when ``path_error`` is set, the path as given: it was
+    refused (outside the data roots) and nothing may open it.
+    """
 
     index: int
     screenshot: str
@@ -95,11 +127,15 @@ class Step:
     description: str = ""
     bbox: tuple[float, float, float, float] | None = None
     screen_size: tuple[int, int] | None = None
+    path_error: str | None = None
 
 
 @dataclass(frozen=True)
 class Trajectory:
-    """One task demonstration. See the module docstring for the JSON layout."""
+    """One task demonstration. See the module docstring for the JSON layout.
+
+    ``origin`` (``"file:line"``, set by the readers) is where it was read; not part of the schema.
+    """
 
     id: str
     platform: str
@@ -112,6 +148,7 @@ class Trajectory:
     env_mismatch: bool | None = None
     source: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = field(default="", compare=False)
 
     @property
     def num_steps(self) -> int:
@@ -137,15 +174,27 @@ def _short(v: Any, n: int = 80) -> str:
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
+def _optional(d: Mapping, key: str, ok, expected: str, where: str) -> Any:
+    """``d[key]`` when absent/null or ``ok(value)``; else a SchemaError naming it and ``expected``."""
+    v = d.get(key)
+    if v is not None and not ok(v):
+        raise SchemaError(f"{where}.{key}={_short(v)}: expected {expected}")
+    return v
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(s, str) for s in v)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _size(v: Any, where: str) -> tuple[int, int] | None:
     if v is None:
         return None
-    if (
-        not isinstance(v, (list, tuple))
-        or len(v) != 2
-        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v)
-    ):
-        raise SchemaError(f"{where}={_short(v)}: expected [width, height] in pixels, both > 0")
+    if not isinstance(v, (list, tuple)) or len(v) != 2 or not all(_number(x) and x >= 1 for x in v):
+        raise SchemaError(f"{where}={_short(v)}: expected [width, height] in pixels, both >= 1")
     return (int(v[0]), int(v[1]))
 
 
@@ -155,70 +204,76 @@ def _box(v: Any, where: str) -> tuple[float, float, float, float] | None:
         return None
     if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(c, (list, tuple)) and len(c) == 2 for c in v):
         v = [*v[0], *v[1]]
-    if (
-        not isinstance(v, (list, tuple))
-        or len(v) != 4
-        or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in v)
-    ):
+    if not isinstance(v, (list, tuple)) or len(v) != 4 or not all(_number(c) for c in v):
         raise SchemaError(f"{where}={_short(v)}: expected [x1, y1, x2, y2] or [[x1, y1], [x2, y2]]")
     x1, y1, x2, y2 = (float(c) for c in v)
     return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
 
 
-def step_from_dict(d: Mapping[str, Any], base_dir: str = "", where: str = "step") -> Step:
+def _data_roots(base_dir: str | DataRoots, roots: Sequence[str] = ()) -> DataRoots | None:
+    if isinstance(base_dir, DataRoots):
+        return base_dir
+    return DataRoots.of(base_dir, roots) if base_dir else None
+
+
+def step_from_dict(d: Mapping[str, Any], base_dir: str | DataRoots = "", where: str = "step") -> Step:
+    """One step record; ``base_dir`` (a folder or :class:`DataRoots`) resolves and confines the
+    screenshot path (no ``base_dir``: the path is taken as given, unchecked)."""
     if not isinstance(d, Mapping):
         raise SchemaError(f"{where}={_short(d)}: expected an object")
     index = _need(d, "index", int, where)
     shot = _need(d, "screenshot", str, where)
     action = _need(d, "action", Mapping, where)
     for key in ("thought", "description"):
-        if d.get(key) is not None and not isinstance(d[key], str):
-            raise SchemaError(f"{where}.{key}={_short(d[key])}: expected a string")
+        _optional(d, key, lambda v: isinstance(v, str), "a string", where)
+    roots = _data_roots(base_dir)
+    path, problem = roots.resolve(shot) if roots is not None else (shot, None)
     return Step(
         index=index,
-        screenshot=shot if os.path.isabs(shot) or not base_dir else os.path.join(base_dir, shot),
+        screenshot=path,
         action=dict(action),
         thought=d.get("thought") or "",
         description=d.get("description") or "",
         bbox=_box(d.get("bbox"), f"{where}.bbox"),
         screen_size=_size(d.get("screen_size"), f"{where}.screen_size"),
+        path_error=problem,
     )
 
 
-def trajectory_from_dict(d: Mapping[str, Any], base_dir: str = "", where: str = "trajectory") -> Trajectory:
-    """Validate one JSON record; relative screenshot paths are joined to ``base_dir``."""
+def trajectory_from_dict(
+    d: Any, base_dir: str | DataRoots = "", where: str = "trajectory", roots: Sequence[str] = ()
+) -> Trajectory:
+    """Validate one JSON record. Relative screenshot paths join ``base_dir``; with a ``base_dir``,
+    every path must resolve under it or under one of ``roots`` (see the module docstring)."""
     if not isinstance(d, Mapping):
-        raise SchemaError(f"{where}={_short(d)}: expected an object")
+        raise SchemaError(f"{where}={_short(d)}: expected a JSON object", "not_object")
+    data_roots = _data_roots(base_dir, roots)
     tid = _need(d, "id", (str, int), where)
     where = f"{where}[id={tid!r}]"
     platform = _need(d, "platform", str, where)
     if platform not in PLATFORMS:
         raise SchemaError(f"{where}.platform={platform!r}: allowed {list(PLATFORMS)}")
     coords = d.get("coords", "pixel")
-    if coords not in COORDS:
-        raise SchemaError(f"{where}.coords={coords!r}: allowed {list(COORDS)}")
+    if not isinstance(coords, str) or coords not in COORDS:
+        raise SchemaError(f"{where}.coords={_short(coords)}: allowed {list(COORDS)}")
     steps = _need(d, "steps", list, where)
-    subtasks = d.get("subtasks")
-    if subtasks is not None and (not isinstance(subtasks, list) or not all(isinstance(s, str) for s in subtasks)):
-        raise SchemaError(f"{where}.subtasks={_short(subtasks)}: expected a list of strings")
-    judge = d.get("judge")
-    if judge is not None and not isinstance(judge, Mapping):
-        raise SchemaError(f"{where}.judge={_short(judge)}: expected an object")
-    mismatch = d.get("env_mismatch")
-    if mismatch is not None and not isinstance(mismatch, bool):
-        raise SchemaError(f"{where}.env_mismatch={_short(mismatch)}: expected true, false or null")
+    subtasks = _optional(d, "subtasks", _strings, "a list of strings", where)
+    judge = _optional(d, "judge", lambda v: isinstance(v, Mapping), "an object", where)
+    mismatch = _optional(d, "env_mismatch", lambda v: isinstance(v, bool), "true, false or null", where)
+    meta = _optional(d, "meta", lambda v: isinstance(v, Mapping), "an object", where)
+    source = _optional(d, "source", lambda v: isinstance(v, str), "a string", where)
     return Trajectory(
         id=str(tid),
         platform=platform,
         instruction=_need(d, "instruction", str, where),
-        steps=tuple(step_from_dict(s, base_dir, f"{where}.steps[{i}]") for i, s in enumerate(steps)),
+        steps=tuple(step_from_dict(s, data_roots or "", f"{where}.steps[{i}]") for i, s in enumerate(steps)),
         screen_size=_size(d.get("screen_size"), f"{where}.screen_size"),
         coords=coords,
         subtasks=tuple(subtasks) if subtasks is not None else None,
         judge=dict(judge) if judge is not None else None,
         env_mismatch=mismatch,
-        source=str(d.get("source") or ""),
-        meta=dict(d.get("meta") or {}),
+        source=source or "",
+        meta=dict(meta or {}),
     )
 
 
@@ -251,29 +306,116 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
     return out
 
 
-def read_jsonl(path: str) -> Iterator[Trajectory]:
-    """Trajectories of a JSONL file; a bad line raises :class:`SchemaError` naming ``path:line``."""
-    base = os.path.dirname(os.path.abspath(path))
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Why a trajectory (or an input line, rule ``parse``) was dropped.
+
+    ``kind`` refines the rule (module docstring); ``detail`` is one line naming the step and field;
+    ``where`` is the ``file:line`` it was read from, when known.
+    """
+
+    id: str
+    platform: str
+    rule: str
+    detail: str
+    num_steps: int
+    kind: str = ""
+    where: str = ""
+
+
+def iter_jsonl(path: str) -> Iterator[tuple[str, Any]]:
+    """``("file:line", value)`` for each non-blank line. A line that is not UTF-8 or not JSON gives
+    a :class:`SchemaError` naming it in place of the value; reading goes on after it."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            if not raw.strip():
                 continue
             try:
-                record = json.loads(line)
-            except ValueError as e:
-                raise SchemaError(f"{path}:{lineno}: not JSON ({e})") from None
-            yield trajectory_from_dict(record, base, where=f"{path}:{lineno}")
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                at = f"byte 0x{raw[e.start]:02x} at column {e.start + 1}"
+                yield where, SchemaError(f"{where}: not UTF-8 ({at})", "not_utf8")
+                continue
+            try:
+                value = json.loads(text)
+                if "\\u" in text:  # an escaped lone surrogate decodes, then cannot be written back as UTF-8
+                    json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                message = f"{where}: a string holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+                yield where, SchemaError(message, "not_utf8")
+            except (ValueError, RecursionError) as e:
+                yield where, SchemaError(f"{where}: not JSON ({type(e).__name__}: {str(e)[:200]})", "not_json")
+            else:
+                yield where, value
+
+
+def parse_drop(where: str, error: Exception, record: Any = None, *, id_key: str = "id", steps_key: str = "steps",
+               platform: str | None = None, id_prefix: str = "") -> Drop:  # fmt: skip
+    """The ``parse`` drop of a line that did not become a trajectory; id, platform and step count
+    are taken from the record where it has them (else the id is ``where``, the platform "unknown")."""
+    rec = record if isinstance(record, Mapping) else {}
+    rid = rec.get(id_key)
+    tid = f"{id_prefix}{rid}" if isinstance(rid, (str, int)) and not isinstance(rid, bool) else where
+    if platform is None:
+        p = rec.get("platform")
+        platform = p if isinstance(p, str) and p in PLATFORMS else "unknown"
+    steps = rec.get(steps_key)
+    return Drop(tid, platform, PARSE, str(error), len(steps) if isinstance(steps, list) else 0,
+                getattr(error, "kind", "schema"), where)  # fmt: skip
+
+
+def read_jsonl(path: str, drops: list[Drop] | None = None, roots: Sequence[str] = ()) -> Iterator[Trajectory]:
+    """Trajectories of a JSONL file in our schema; screenshots confined to the file's folder and ``roots``.
+
+    A bad line raises :class:`SchemaError` naming ``path:line``, or, given ``drops``, is appended
+    there as a ``parse`` drop and reading goes on.
+    """
+    data_roots = DataRoots.of(os.path.dirname(os.path.abspath(path)), roots)
+    for where, record in iter_jsonl(path):
+        try:
+            if isinstance(record, SchemaError):
+                raise record
+            t = trajectory_from_dict(record, data_roots, where=where)
+        except SchemaError as e:
+            if drops is None:
+                raise
+            drops.append(parse_drop(where, e, None if isinstance(record, SchemaError) else record))
+            continue
+        yield replace(t, origin=where)
+
+
+def drop_duplicate_ids(trajectories: Iterable[Trajectory], drops: list[Drop]) -> Iterator[Trajectory]:
+    """The first trajectory of each id; every later one becomes a ``parse`` drop naming the first."""
+    first: dict[str, str] = {}
+    for t in trajectories:
+        if t.id in first:
+            at = t.origin or "input"
+            detail = f"{at}: id {t.id!r} was already read at {first[t.id] or 'an earlier record'}"
+            drops.append(Drop(t.id, t.platform, PARSE, detail, t.num_steps, "duplicate_id", t.origin))
+            continue
+        first[t.id] = t.origin
+        yield t
 
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: str) -> int:
-    """Write atomically (temp file + rename); returns the number written."""
+    """Write atomically (temp file + rename; no temp file is left on failure); returns the number written."""
     tmp = f"{path}.tmp"
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
-        for t in trajectories:
-            f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
-            n += 1
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for t in trajectories:
+                f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
+                n += 1
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return n
 
 
@@ -286,12 +428,14 @@ def screen_size_of(t: Trajectory, s: Step) -> tuple[int, int]:
         return s.screen_size
     if t.screen_size is not None:
         return t.screen_size
+    if s.path_error:
+        raise ActionError("no_screen_size", f"screen_size unknown and the screenshot {s.path_error}", "screen_size")
     from PIL import Image
 
     try:
         with Image.open(s.screenshot) as im:
             return im.size
-    except OSError as e:
+    except Exception as e:  # untrusted file: any decoder error means "unreadable"
         raise ActionError("no_screen_size", f"screen_size unknown and the screenshot is unreadable: {e}", "screen_size")
 
 
@@ -299,7 +443,7 @@ def _to_grid_point(t: Trajectory, s: Step, value: Any, name: str) -> list[float]
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ActionError("bad_type", f"{name}={_short(value)}: expected [x, y]", name)
     x, y = value
-    if not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in (x, y)):
+    if not (_number(x) and _number(y)):
         raise ActionError("bad_type", f"{name}={_short(value)}: expected two finite numbers", name)
     if t.coords == "grid":
         return [x, y]
@@ -359,13 +503,15 @@ class CleanConfig:
         action_sets: per platform, the student's action set (default: the actions its system
             prompt offers, :data:`~verl_mopd.rewards.actions.DEFAULT_PROMPT_ACTIONS`).
         missing_verdict: what the ``subtasks`` rule does with a trajectory the judge has no verdict
-            for: ``"error"`` (stop, naming it), ``"drop"`` (count it under ``subtasks``) or ``"keep"``.
+            for: ``"drop"`` (count it under ``subtasks``, kind ``no_verdict``), ``"keep"``, or
+            ``"error"`` (stop, naming it). Default ``"drop"``: only judged-complete trajectories
+            are kept, as in UI-MOPD.
     """
 
     rules: tuple[str, ...] = RULES
     max_steps: int = MAX_STEPS
     action_sets: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_PROMPT_ACTIONS))
-    missing_verdict: str = "error"
+    missing_verdict: str = "drop"
 
     def __post_init__(self):
         errors = []
@@ -381,50 +527,69 @@ class CleanConfig:
             bad = [a for a in actions if a not in ACTION_SPECS[platform]]
             if bad:
                 errors.append(f"action_sets[{platform!r}]: unknown actions {bad}; allowed {list(ACTION_SPECS[platform])}")
-        if self.missing_verdict not in ("error", "drop", "keep"):
-            errors.append(f"missing_verdict={self.missing_verdict!r}: allowed ['error', 'drop', 'keep']")
+        if self.missing_verdict not in MISSING_VERDICTS:
+            errors.append(f"missing_verdict={self.missing_verdict!r}: allowed {list(MISSING_VERDICTS)}")
         if errors:
             raise ValueError("invalid cleaning config: " + "; ".join(errors))
         object.__setattr__(self, "rules", tuple(r for r in RULES if r in self.rules))
 
 
-@dataclass(frozen=True)
-class Drop:
-    """Why a trajectory was dropped: the rule and a one-line detail naming the step and field."""
+class Problem(NamedTuple):
+    """What a rule found: a short ``kind`` and a one-line ``detail``."""
 
-    id: str
-    platform: str
-    rule: str
+    kind: str
     detail: str
-    num_steps: int
 
 
-def check_structure(t: Trajectory) -> str | None:
+def _same_screen(a: Step, b: Step, images: ImageIndex | None) -> bool:
+    if a.screenshot == b.screenshot:
+        return True
+    if images is None or a.path_error or b.path_error:
+        return False
+    ha, hb = images.of(a).sha256, images.of(b).sha256
+    return bool(ha) and ha == hb
+
+
+def check_structure(t: Trajectory, images: ImageIndex | None = None) -> Problem | None:
+    """No steps, indices not 0, 1, 2..., or a step repeating the previous screen and action.
+
+    "Same screen" compares the files' bytes (``images``), so a copy under another name counts;
+    without ``images`` only the paths are compared.
+    """
     if not t.steps:
-        return "no steps"
+        return Problem("no_steps", "no steps")
+    if t.steps[0].index != 0:
+        return Problem("bad_start", f"step indices start at {t.steps[0].index}, not 0")
     for prev, cur in zip(t.steps, t.steps[1:]):
         if cur.index != prev.index + 1:
-            kind = "duplicated" if cur.index == prev.index else "non-consecutive"
-            return f"{kind} step index {cur.index} after {prev.index}"
-        if cur.screenshot == prev.screenshot and dict(cur.action) == dict(prev.action):
-            return f"step {cur.index} duplicates step {prev.index} (same screenshot and action)"
+            if cur.index == prev.index:
+                return Problem("duplicated_index", f"duplicated step index {cur.index}")
+            return Problem("non_consecutive", f"non-consecutive step index {cur.index} after {prev.index}")
+        if dict(cur.action) == dict(prev.action) and _same_screen(prev, cur, images):
+            return Problem("duplicate_step", f"step {cur.index} repeats step {prev.index} (same screenshot and action)")
     return None
 
 
-def check_screenshots(t: Trajectory) -> str | None:
+def check_screenshots(t: Trajectory, images: ImageIndex | None = None) -> Problem | None:
+    """The first step whose screenshot path was refused or whose file is not a usable image."""
+    images = images if images is not None else ImageIndex()
     for s in t.steps:
-        if not os.path.isfile(s.screenshot):
-            return f"step {s.index}: screenshot {s.screenshot!r} does not exist"
+        info = images.of(s)
+        if info.problem:
+            kind = "refused_path" if s.path_error else "missing" if info.problem == MISSING else "unusable"
+            return Problem(kind, f"step {s.index}: screenshot {s.screenshot!r} {info.problem}")
     return None
 
 
-def check_action_space(t: Trajectory, allowed: Sequence[str] | None) -> str | None:
+def check_action_space(t: Trajectory, allowed: Sequence[str] | None) -> Problem | None:
     for s in t.steps:
         try:
             step_action(t, s, allowed)
             step_bbox(t, s)
-        except (ActionError, ValueError) as e:
-            return f"step {s.index}: {e}"
+        except ActionError as e:
+            return Problem(e.reason, f"step {s.index}: {e}")
+        except (ValueError, TypeError) as e:  # an argument of a type the normalizer does not expect
+            return Problem("bad_value", f"step {s.index}: {type(e).__name__}: {e}")
     return None
 
 
@@ -440,46 +605,65 @@ def _progress(it: Iterable, total: int, desc: str, enabled: bool) -> Iterable:
     return tqdm(it, total=total, desc=desc, unit="traj")
 
 
+def _verdict_problem(t: Trajectory, v: Any) -> Problem | None:
+    from verl_mopd.data.judges import UnreadableVerdict
+
+    if isinstance(v, UnreadableVerdict):
+        return Problem("unreadable", f"judge verdict unreadable: {v.reason}")
+    uncovered = v.uncovered(t.subtasks or ())
+    if uncovered:
+        return Problem("uncovered", f"the verdict leaves out listed subtasks {uncovered}")
+    if not v.subtasks:
+        return Problem("no_subtasks", "the judge listed no subtasks")
+    failed = [s.subtask for s in v.subtasks if not s.completed]
+    return Problem("not_completed", f"subtasks not completed: {failed}") if failed else None
+
+
 def clean(
     trajectories: Sequence[Trajectory],
     config: CleanConfig | None = None,
     judge: Any = None,
     progress: bool = False,
+    images: ImageIndex | None = None,
 ) -> tuple[list[Trajectory], list[Drop]]:
     """Apply the enabled rules; returns ``(kept, drops)`` with ``len(kept) + len(drops) == len(input)``.
 
     Args:
-        trajectories: the input, in order (the order of ``kept`` follows it).
+        trajectories: the input, in order (the order of ``kept`` follows it); ids must be unique
+            (:func:`drop_duplicate_ids`).
         config: rules and thresholds.
         judge: a :class:`verl_mopd.data.judges.SubtaskJudge` (``verdicts(trajectories)``), used by
             the ``subtasks`` rule; default :class:`~verl_mopd.data.judges.OfflineJudge`. It runs
             last, on the survivors of every other rule only (judge calls are the expensive part).
             Kept trajectories carry the judge's verdict in ``judge``.
+        images: the screenshots' :class:`~verl_mopd.data.images.ImageIndex` (built on demand
+            when None); ``prepare`` scans it in parallel first.
     """
     cfg = config or CleanConfig()
     ids = Counter(t.id for t in trajectories)
     dup_ids = [i for i, n in ids.items() if n > 1]
     if dup_ids:
-        raise SchemaError(f"trajectory ids must be unique; repeated: {sorted(dup_ids)[:10]}")
+        raise SchemaError(f"trajectory ids must be unique; repeated: {sorted(dup_ids)[:10]}", "duplicate_id")
+    images = images if images is not None else ImageIndex()
     drops: list[Drop] = []
     survivors: list[Trajectory] = []
     for t in _progress(trajectories, len(trajectories), "clean", progress):
-        detail = rule = None
+        problem = rule = None
         for rule in cfg.rules:
             if rule == "structure":
-                detail = check_structure(t)
+                problem = check_structure(t, images)
             elif rule == "screenshots":
-                detail = check_screenshots(t)
+                problem = check_screenshots(t, images)
             elif rule == "action_space":
-                detail = check_action_space(t, cfg.action_sets.get(t.platform))
-            elif rule == "max_steps":
-                detail = f"{t.num_steps} steps > max_steps={cfg.max_steps}" if t.num_steps > cfg.max_steps else None
-            elif rule == "env_mismatch":
-                detail = "env_mismatch flag is set" if t.env_mismatch else None
-            if detail is not None:
+                problem = check_action_space(t, cfg.action_sets.get(t.platform))
+            elif rule == "max_steps" and t.num_steps > cfg.max_steps:
+                problem = Problem("too_long", f"{t.num_steps} steps > max_steps={cfg.max_steps}")
+            elif rule == "env_mismatch" and t.env_mismatch:
+                problem = Problem("flagged", "env_mismatch flag is set")
+            if problem is not None:
                 break
-        if detail is not None:
-            drops.append(Drop(t.id, t.platform, rule, detail, t.num_steps))
+        if problem is not None:
+            drops.append(Drop(t.id, t.platform, rule, problem.detail, t.num_steps, problem.kind, t.origin))
         else:
             survivors.append(t)
     if "subtasks" not in cfg.rules:
@@ -498,17 +682,16 @@ def clean(
                     "in the data ('judge' field), use an online judge (--judge-base-url), set "
                     "missing_verdict='drop'/'keep' (--missing-verdict), or disable the rule (--skip-rule subtasks)"
                 )
-            if cfg.missing_verdict == "drop":
-                drops.append(Drop(t.id, t.platform, "subtasks", "no judge verdict", t.num_steps))
-            else:
+            if cfg.missing_verdict == "keep":
                 kept.append(t)
-            continue
-        failed = [s.subtask for s in v.subtasks if not s.completed]
-        if failed or not v.subtasks:
-            what = f"subtasks not completed: {failed}" if failed else "the judge listed no subtasks"
-            drops.append(Drop(t.id, t.platform, "subtasks", what, t.num_steps))
+                continue
+            problem = Problem("no_verdict", "no judge verdict")
         else:
+            problem = _verdict_problem(t, v)
+        if problem is None:
             kept.append(replace(t, judge=v.to_dict()))
+        else:
+            drops.append(Drop(t.id, t.platform, "subtasks", problem.detail, t.num_steps, problem.kind, t.origin))
     order = {t.id: i for i, t in enumerate(trajectories)}
     drops.sort(key=lambda d: order[d.id])
     return kept, drops
@@ -517,51 +700,64 @@ def clean(
 def clean_report(
     trajectories: Sequence[Trajectory], kept: Sequence[Trajectory], drops: Sequence[Drop], config: CleanConfig
 ) -> dict[str, Any]:
-    """The JSON report: counts of trajectories and steps, input / kept / dropped by rule, per platform.
+    """The JSON report: counts of trajectories and steps, input / kept / dropped by reason, per platform.
 
+    ``trajectories`` are those given to :func:`clean`; ``drops`` are its drops plus the ``parse``
+    drops of reading (input lines that never became one of ``trajectories``, counted as input too).
     Layout::
 
         {"rules": [enabled rules, in order], "disabled": [...], "max_steps": 40,
          "total": {"input": {"trajectories": N, "steps": S}, "kept": {...},
-                   "dropped": {rule: {"trajectories": n, "steps": s} for every enabled rule}},
-         "platforms": {platform: same as "total"},
+                   "dropped": {reason: {"trajectories": n, "steps": s}
+                               for "parse" and every enabled rule}},
+         "platforms": {platform: same as "total"},   # "unknown": parse drops without a platform
+         "kinds": {reason: {kind: trajectories}},    # what each reason's drops were
          "balanced": true}       # input == kept + sum(dropped), for trajectories and steps
 
     Raises AssertionError if the counts do not add up (a bug, never data).
     """
+    reasons = (PARSE, *config.rules)
+    parsed = [d for d in drops if d.rule == PARSE]
 
-    def block(ts_in, ts_kept, ds) -> dict[str, Any]:
-        dropped = {r: {"trajectories": 0, "steps": 0} for r in config.rules}
+    def block(ts_in, parse_in, ts_kept, ds) -> dict[str, Any]:
+        dropped = {r: {"trajectories": 0, "steps": 0} for r in reasons}
         for d in ds:
             dropped[d.rule]["trajectories"] += 1
             dropped[d.rule]["steps"] += d.num_steps
+        n_in, steps_in = len(ts_in) + len(parse_in), _steps(ts_in) + sum(d.num_steps for d in parse_in)
         return {
-            "input": {"trajectories": len(ts_in), "steps": _steps(ts_in)},
+            "input": {"trajectories": n_in, "steps": steps_in},
             "kept": {"trajectories": len(ts_kept), "steps": _steps(ts_kept)},
             "dropped": dropped,
         }
 
-    total = block(trajectories, kept, drops)
+    total = block(trajectories, parsed, kept, drops)
     platforms = {
         p: block(
             [t for t in trajectories if t.platform == p],
+            [d for d in parsed if d.platform == p],
             [t for t in kept if t.platform == p],
             [d for d in drops if d.platform == p],
         )
-        for p in PLATFORMS
-        if any(t.platform == p for t in trajectories)
+        for p in (*PLATFORMS, "unknown")
+        if any(t.platform == p for t in trajectories) or any(d.platform == p for d in parsed)
     }
     for name, b in [("total", total), *platforms.items()]:
         for unit in ("trajectories", "steps"):
             lhs = b["input"][unit]
             rhs = b["kept"][unit] + sum(d[unit] for d in b["dropped"].values())
             assert lhs == rhs, f"{name}: input {unit} {lhs} != kept + dropped {rhs}"
+    kinds: dict[str, dict[str, int]] = {}
+    for d in drops:
+        kinds.setdefault(d.rule, {})
+        kinds[d.rule][d.kind] = kinds[d.rule].get(d.kind, 0) + 1
     return {
         "rules": list(config.rules),
         "disabled": [r for r in RULES if r not in config.rules],
         "max_steps": config.max_steps,
         "total": total,
         "platforms": platforms,
+        "kinds": {r: kinds[r] for r in reasons if r in kinds},
         "balanced": True,
     }
 
@@ -571,12 +767,14 @@ def format_report(report: Mapping[str, Any]) -> str:
     cols = ["total", *report["platforms"]]
     blocks = [report["total"], *report["platforms"].values()]
     rows = [("input", lambda b: b["input"])]
-    rows += [(f"  dropped: {r}", lambda b, r=r: b["dropped"][r]) for r in report["rules"]]
+    rows += [(f"  dropped: {r}", lambda b, r=r: b["dropped"][r]) for r in report["total"]["dropped"]]
     rows += [("kept", lambda b: b["kept"])]
     head = f"{'':24}" + "".join(f"{c + ' traj':>14}{c + ' steps':>15}" for c in cols)
     lines = [head, "-" * len(head)]
     for label, get in rows:
         lines.append(f"{label:24}" + "".join(f"{get(b)['trajectories']:>14}{get(b)['steps']:>15}" for b in blocks))
+    for reason, kinds in report.get("kinds", {}).items():
+        lines.append(f"{reason}: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])))
     if report["disabled"]:
         lines.append(f"disabled rules: {', '.join(report['disabled'])}")
     return "\n".join(lines)
@@ -585,9 +783,12 @@ def format_report(report: Mapping[str, Any]) -> str:
 __all__ = [
     "COORDS",
     "MAX_STEPS",
+    "MISSING_VERDICTS",
+    "PARSE",
     "RULES",
     "CleanConfig",
     "Drop",
+    "Problem",
     "SchemaError",
     "Step",
     "Trajectory",
@@ -596,7 +797,10 @@ __all__ = [
     "check_structure",
     "clean",
     "clean_report",
+    "drop_duplicate_ids",
     "format_report",
+    "iter_jsonl",
+    "parse_drop",
     "read_jsonl",
     "screen_size_of",
     "step_action",
