@@ -134,8 +134,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = add_eval_arguments(argparse.ArgumentParser(prog="verl-mopd eval", description=__doc__.split("\n")[0]))
-    return run_eval(parser.parse_args(argv))
+    """``python -m verl_mopd.eval``: the same command, behind ``verl-mopd``'s error boundary."""
+    from verl_mopd.cli import main as cli_main
+
+    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
