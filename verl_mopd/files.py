@@ -5,8 +5,8 @@
   and a failure leaves the old file untouched and no temporary behind.
 - :func:`refuse_overwrite`: an output path that is one of the inputs (also through a symlink or
   a hard link) is refused before anything is opened.
-- :func:`json_line`: a JSON line that always encodes as UTF-8 (a lone surrogate in model text is
-  written as a ``\\udXXX`` escape instead of failing the write).
+- :func:`json_text` / :func:`json_line`: JSON that always encodes as UTF-8 (a lone surrogate in
+  model text is written as a ``\\udXXX`` escape instead of failing the write).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from verl_mopd.errors import UsageError
 
-__all__ = ["atomic_write", "json_line", "refuse_overwrite"]
+__all__ = ["atomic_write", "json_line", "json_text", "refuse_overwrite"]
 
 
 @contextlib.contextmanager
@@ -81,12 +81,17 @@ def _inside(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def json_line(obj: Any) -> str:
-    """``json.dumps(obj, ensure_ascii=False)`` plus a newline, falling back to ASCII escapes when the
-    text holds characters UTF-8 cannot encode (lone surrogates)."""
-    line = json.dumps(obj, ensure_ascii=False)
+def json_text(obj: Any, indent: int | None = None) -> str:
+    """``json.dumps(obj, ensure_ascii=False)``, falling back to ASCII escapes when the text holds
+    characters UTF-8 cannot encode (lone surrogates), so writing it can never fail."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent)
     try:
-        line.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
-        line = json.dumps(obj)
-    return line + "\n"
+        text = json.dumps(obj, indent=indent)
+    return text
+
+
+def json_line(obj: Any) -> str:
+    """One JSONL line (:func:`json_text` plus a newline)."""
+    return json_text(obj) + "\n"
