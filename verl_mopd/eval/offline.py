@@ -28,9 +28,9 @@ mixes two models. A torn last line (a crash mid-write) is cut off before appendi
 line before it is an error naming ``results.jsonl:N``. One process writes a folder at a time
 (a lock on ``results.jsonl``); ``report.json`` and ``run.json`` are written atomically.
 
-Images: ``bytes`` are used as they are; a path is resolved against ``image_root`` (default: the
-data file's folder) and must stay inside it (symlinks resolved). Every image must decode as a
-PNG, JPEG, GIF or WebP, so no other local file is ever sent to the server.
+Images: ``bytes`` are used as they are; a relative path is resolved against the data file's
+folder, and every path must lie inside ``image_root`` (default: that folder; symlinks resolved).
+Every image must decode as a PNG, JPEG, GIF or WebP, so no other local file is ever sent.
 """
 
 from __future__ import annotations
@@ -95,35 +95,44 @@ def checked_image(data: bytes, where: str) -> bytes:
     return data
 
 
-def _image_file(path: str, root: str, where: str) -> bytes:
-    """Read an image path from the data, resolved against ``root`` and kept inside it."""
+@dataclass(frozen=True)
+class ImageFolders:
+    """Where image paths in the data are read: relative ones against ``base`` (the data file's
+    folder), and every one only inside ``root`` (``--image-root``, default ``base``)."""
+
+    base: str
+    root: str
+
+
+def _image_file(path: str, folders: ImageFolders, where: str) -> bytes:
+    """Read an image path from the data, resolved against ``base`` and kept inside ``root``."""
     if path.startswith("file://"):
         path = path[len("file://") :]
-    full = os.path.realpath(os.path.join(root, path))
-    real_root = os.path.realpath(root)
-    if full != real_root and not full.startswith(real_root.rstrip(os.sep) + os.sep):
+    full = os.path.realpath(os.path.join(folders.base, path))
+    root = os.path.realpath(folders.root)
+    if not full.startswith(root.rstrip(os.sep) + os.sep):
         raise ValueError(
-            f"{where}={path!r} lies outside the image root {root}; images are read only below it "
+            f"{where}={path!r} lies outside the image root {folders.root}; images are read only below it "
             "(set --image-root to the folder that holds them)"
         )
     if not os.path.isfile(full):
-        raise ValueError(f"{where}={path!r}: no such image file under {root}")
+        raise ValueError(f"{where}={path!r}: no such image file ({full})")
     with open(full, "rb") as f:
         return checked_image(f.read(), where)
 
 
-def _resolve_image(image: Any, root: str, where: str) -> Any:
+def _resolve_image(image: Any, folders: ImageFolders, where: str) -> Any:
     """An ``images`` entry (or an inline prompt image) with any path replaced by checked bytes."""
     if isinstance(image, (bytes, bytearray)):
         return checked_image(bytes(image), where)
     if isinstance(image, str):
-        return _image_file(image, root, where)
+        return _image_file(image, folders, where)
     if isinstance(image, Mapping):
         if image.get("bytes") is not None:
             return {**image, "bytes": checked_image(bytes(image["bytes"]), where)}
         for key in ("path", "image"):
             if image.get(key) is not None:
-                return {"bytes": _as_bytes(_resolve_image(image[key], root, f"{where}.{key}"))}
+                return {"bytes": _as_bytes(_resolve_image(image[key], folders, f"{where}.{key}"))}
     return image  # expand_images names what is wrong with it
 
 
@@ -131,7 +140,7 @@ def _as_bytes(resolved: Any) -> bytes:
     return resolved["bytes"] if isinstance(resolved, Mapping) else resolved
 
 
-def _resolve_prompt(prompt: Any, root: str) -> Any:
+def _resolve_prompt(prompt: Any, folders: ImageFolders) -> Any:
     """Inline images of list-form prompt contents, resolved as :func:`_resolve_image` does."""
     if not isinstance(prompt, list):
         return prompt
@@ -142,20 +151,19 @@ def _resolve_prompt(prompt: Any, root: str) -> Any:
             parts = []
             for part in content:
                 if isinstance(part, Mapping) and part.get("type") == "image" and part.get("image") is not None:
-                    part = {**part, "image": _as_bytes(_resolve_image(part["image"], root, f"prompt[{i}].image"))}
+                    part = {**part, "image": _as_bytes(_resolve_image(part["image"], folders, f"prompt[{i}].image"))}
                 parts.append(part)
             message = {**message, "content": parts}
         out.append(message)
     return out
 
 
-def sample_from_row(row: Mapping[str, Any], index: int, image_root: str | None = None) -> StepSample:
+def sample_from_row(row: Mapping[str, Any], index: int, images: ImageFolders | None = None) -> StepSample:
     """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field.
 
-    ``image_root``: the folder image paths are resolved against and confined to (default: the
-    current directory).
+    ``images``: where image paths are read (default: relative to and inside the current directory).
     """
-    root = image_root if image_root is not None else os.getcwd()
+    folders = images if images is not None else ImageFolders(os.getcwd(), os.getcwd())
     row = {k: to_plain(v) for k, v in row.items()}
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
@@ -175,10 +183,10 @@ def sample_from_row(row: Mapping[str, Any], index: int, image_root: str | None =
             raise ValueError(f"row {index}: no 'platform' column and {e}") from None
     sid = sample_id(extra, index)
     try:
-        images = row.get("images")
-        if isinstance(images, list):
-            images = [_resolve_image(im, root, f"images[{i}]") for i, im in enumerate(images)]
-        messages = expand_images(_resolve_prompt(row["prompt"], root), images)
+        entries = row.get("images")
+        if isinstance(entries, list):
+            entries = [_resolve_image(im, folders, f"images[{i}]") for i, im in enumerate(entries)]
+        messages = expand_images(_resolve_prompt(row["prompt"], folders), entries)
     except ValueError as e:
         raise ValueError(f"row {index} (id={sid!r}): {e}") from None
     return StepSample(sid, str(platform), row.get("data_source"), messages, gt, extra)
@@ -200,7 +208,8 @@ def load_samples(
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if is_dir else [path]
     if not files:
         raise UsageError(f"--data={path}: no .parquet files in the folder")
-    root = image_root if image_root is not None else (path if is_dir else os.path.dirname(os.path.abspath(path)))
+    base = path if is_dir else os.path.dirname(os.path.abspath(path))
+    folders = ImageFolders(base, image_root if image_root is not None else base)
     keep = set(platforms) if platforms else None
     samples: list[StepSample] = []
     n = 0
@@ -211,7 +220,7 @@ def load_samples(
             raise UsageError(f"{f}: not a readable parquet file ({e})") from None
         for row in table.to_pylist():
             try:
-                s = sample_from_row(row, n, root)
+                s = sample_from_row(row, n, folders)
             except ValueError as e:
                 raise UsageError(f"{f}: {e}") from None
             n += 1
