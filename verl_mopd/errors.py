@@ -10,8 +10,8 @@ malformed input file, a line that does not parse. Its message is one line that n
 - :class:`UsageError` (a ``ValueError``, so library callers may catch either);
 - any other ``ValueError`` (our config dataclasses and readers raise it with a sentence that
   names the field), ``UnicodeDecodeError`` and ``json.JSONDecodeError`` included;
-- ``OSError`` about a file (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, ...)
-  that names the file;
+- ``OSError`` that names its file (``filename`` set, as ``open`` sets it), and
+  ``FileNotFoundError`` / ``IsADirectoryError`` / ``PermissionError`` / ... raised with a message;
 - ``SystemExit`` raised with a message string (the argparse convention for usage errors).
 
 Anything else is a bug: its traceback is shown. ``--debug`` (anywhere on the command line) or
@@ -21,6 +21,8 @@ Anything else is a bug: its traceback is shown. ``--debug`` (anywhere on the com
 from __future__ import annotations
 
 __all__ = ["UsageError", "user_error_message"]
+
+_FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 class UsageError(ValueError):
@@ -32,10 +34,12 @@ def user_error_message(exc: BaseException) -> str | None:
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, str) and exc.code else None
     if isinstance(exc, OSError):
-        if exc.filename is None:
-            return None
-        name = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
-        return f"{name}: {exc.strerror or type(exc).__name__}"
+        if exc.filename is not None:
+            name = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+            return f"{name}: {exc.strerror or type(exc).__name__}"
+        if isinstance(exc, _FILE_ERRORS) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            return exc.args[0]  # raise FileNotFoundError(f"{path}: ...") names the file in its message
+        return None
     if isinstance(exc, ValueError):
         message = str(exc).strip()
         return message or None
