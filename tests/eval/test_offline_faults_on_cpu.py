@@ -177,8 +177,10 @@ def test_results_without_run_json_are_not_adopted(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "results.jsonl").write_text(json.dumps({"id": "d0", "platform": "desktop", "score": 1.0}) + "\n")
-    with pytest.raises(UsageError, match="run.json is missing"):
+    with pytest.raises(UsageError, match="run.json is missing or unreadable"):
         evaluate(samples, _recorded, str(out), progress=False, run={"model": "a"})
+    (out / "results.jsonl").unlink()  # as the message advises: a fresh start under the new key
+    assert evaluate(samples, _recorded, str(out), progress=False, run={"model": "a"})["counts"]["scored"] == 2
 
 
 def test_one_writer_per_out_folder(tmp_path):

@@ -369,21 +369,20 @@ RUN_FILE = "run.json"
 
 def _check_run(out_dir: str, run: Mapping[str, Any], has_results: bool) -> None:
     """Refuse to resume results that another model, sampling or reward setting produced."""
+    if not has_results:
+        return
     path = os.path.join(out_dir, RUN_FILE)
+    before: Any = None
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8") as f:
                 before = json.load(f)
-        except ValueError as e:
-            raise UsageError(f"{path}: unreadable ({e}); delete the folder's results to start over") from None
-    elif has_results:
-        before = None
-    else:
-        return
+        except ValueError:
+            before = None
     if before == json.loads(json.dumps(run)):
         return
-    if before is None:
-        what = f"{RUN_FILE} is missing, so what produced them is unknown"
+    if not isinstance(before, dict):
+        what = f"{RUN_FILE} is missing or unreadable, so what produced them is unknown"
     else:
         keys = sorted(set(before) | set(run), key=str)
         what = ", ".join(f"{k} {before.get(k)!r} (now {run.get(k)!r})" for k in keys if before.get(k) != run.get(k))

@@ -618,7 +618,7 @@ def compute_score(
         if mode == "ui_mopd":  # the release's outer try: anything unreadable in the row scores -1.0
             return _ui_mopd(solution_str, ground_truth, extra, thought)
         targets = strict_targets(read_ground_truth(ground_truth, extra))
-    except (MemoryError, KeyboardInterrupt):
+    except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001 - a malformed row, whatever the type error it trips
         if mode == "strict" and score_cfg.bad_truth == "raise":
