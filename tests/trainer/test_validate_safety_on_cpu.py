@@ -89,3 +89,8 @@ def test_a_corrupt_data_file_is_a_problem_naming_it(tmp_path):
     bad.write_bytes(b"PAR1 not really")
     problems, _ = _check([f"data.train_files={bad}"])
     assert f"data.train_files: {bad} is not a readable parquet file" in problems
+
+
+def test_an_interpolation_that_does_not_resolve_is_named():
+    problems, _ = _check(["+trainer.ckpt_dir=${oc.env:VERL_MOPD_TEST_UNSET_VARIABLE}"])
+    assert "trainer.ckpt_dir does not resolve" in problems and "VERL_MOPD_TEST_UNSET_VARIABLE" in problems

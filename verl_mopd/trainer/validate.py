@@ -275,7 +275,8 @@ def code_target_problems(config: DictConfig) -> list[str]:
     try:
         tree = OmegaConf.to_container(config, resolve=True)
     except Exception as exc:  # noqa: BLE001 - an interpolation that does not resolve
-        return [f"the config does not resolve: {str(exc).splitlines()[0]}"]
+        where = getattr(exc, "full_key", None)
+        return [f"{where or 'the config'} does not resolve: {str(exc).splitlines()[0]}"]
     problems: list[str] = []
 
     def walk(node: Any, where: str) -> None:
