@@ -32,6 +32,7 @@ setup(
         "pyarrow>=19",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "numpy>=2.0",
+        "rapidfuzz>=3.9,<4",  # bounded-time edit similarity in the reward (C, bit-parallel Levenshtein)
     ],
     extras_require={
         # CPU test stack. torch is pinned so that a CPU machine takes the CPU wheel instead of

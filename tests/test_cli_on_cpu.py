@@ -35,7 +35,7 @@ def test_validate_recipe_command_exit_codes(tmp_path, capsys):
     assert cli.main(["validate-recipe", SMALL]) == 0
     assert cli.main(["validate-recipe", SMALL, "mopd.beta=-1"]) == 1
     assert "mopd.beta=-1" in capsys.readouterr().err
-    assert cli.main(["validate-recipe", str(tmp_path / "nope.yaml")]) == 1
+    assert cli.main(["validate-recipe", str(tmp_path / "nope.yaml")]) == 2
 
 
 def test_unknown_command_is_an_argparse_error():

@@ -10,13 +10,24 @@
                                      compose a recipe with verl's config and check it (no Ray, no GPU)
 
 Only the chosen command's module is imported (verl and torch take seconds to import).
+
+Errors: :func:`main` is the one error boundary. A user mistake (a bad option value, a missing
+or malformed file, a bad line) is printed as one line, ``verl-mopd <command>: error: ...``,
+naming the option or ``file:line``, and the exit code is 2; which exceptions count as user
+mistakes is defined in :mod:`verl_mopd.errors` (raise ``verl_mopd.errors.UsageError`` for new
+ones). Anything else is a bug and keeps its traceback. ``--debug`` anywhere on the command line
+(or ``VERL_MOPD_DEBUG=1``) shows the traceback of user errors too. Exit codes: 0 success, 1 the
+command ran and found problems (``validate-recipe``) or failures (``eval offline``), 2 a user
+mistake (argparse's own errors included), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 #: command -> (help, "module:add_arguments" or None, "module:run")
 COMMANDS = {
@@ -74,6 +85,7 @@ def _validate_recipe(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s arguments are loaded (all of them when None)."""
     parser = argparse.ArgumentParser(prog="verl-mopd", description="Multi-teacher on-policy distillation for verl")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of errors (also: VERL_MOPD_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
@@ -84,10 +96,33 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; user mistakes become a one-line message and exit code 2 (module docstring)."""
+    from verl_mopd.errors import user_error_message
+
     argv = sys.argv[1:] if argv is None else list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end] or os.environ.get("VERL_MOPD_DEBUG", "") not in ("", "0")
+    argv = [a for i, a in enumerate(argv) if not (a == "--debug" and i < end)]
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command if command in COMMANDS else None).parse_args(argv)
-    return int(_load(args.func)(args) or 0)
+    try:
+        return int(_load(args.func)(args) or 0)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"verl-mopd {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (Exception, SystemExit) as exc:
+        message = user_error_message(exc)
+        if message is None:
+            if isinstance(exc, SystemExit):
+                raise
+            print(f"verl-mopd {args.command}: internal error (please report it with the traceback below)", file=sys.stderr)
+            raise
+        if debug:
+            traceback.print_exc()
+        print(f"verl-mopd {args.command}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

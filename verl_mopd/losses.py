@@ -64,22 +64,37 @@ class _K3(torch.autograd.Function):
     Forward runs in place where it can and keeps the per-token derivative, so the backward is a
     single multiply (verl's clamp/exp/clamp chain costs several elementwise passes each way).
     Float ops only on the hot path: a bool comparison over (B, T) is ~100x slower than a float
-    pass on CPU here, so the low-side mask is built from ``sign`` and only when needed.
+    pass on CPU here, so masks are built only when one reduction (``aminmax``) says the batch has
+    a ``d`` below ``lo`` or a non-finite ``d``.
     """
 
     @staticmethod
-    def forward(ctx, student, teacher, lo: float, hi: float, gate):
+    def forward(ctx, student, teacher, lo: float, hi: float, gate, token_mask):
         with torch.no_grad():
             d = teacher - student  # (B, T)
+            d_min, d_max = torch.aminmax(d) if d.numel() else (d.new_zeros(()), d.new_zeros(()))
+            rare = not bool((d_min >= lo) & (d_max < math.inf))  # NaN compares False: also rare
             dc = d.clamp(lo, hi)
             dk = torch.exp(dc).sub_(1.0)  # dK3/dd on [lo, hi]; equals the tangent slope above hi
             k = dc.neg_().add_(dk)
-            if d.numel() and d.min() < lo:  # rare (e.g. -inf teacher log-probs): constant there, zero derivative
+            if rare:
+                # constant below lo (e.g. -inf teacher log-probs): zero derivative there
                 dk.mul_((d - lo).clamp_min_(0.0).sign_())
-            k.add_(d.sub_(hi).clamp_min_(0.0), alpha=math.expm1(hi))
+            if math.isfinite(hi):  # hi = inf is the plain K3 (no linear part; 0 * inf would be NaN)
+                k.add_(d.sub_(hi).clamp_min_(0.0), alpha=math.expm1(hi))
             if gate is not None:
                 k.mul_(gate)
                 dk.mul_(gate)
+            if rare and (token_mask is not None or gate is not None):
+                # a NaN/inf log-prob on a token that does not count (masked, or its sample gated
+                # off) must not reach the value or the gradient: 0 * NaN would be NaN
+                if token_mask is None:
+                    not_counted = gate == 0
+                else:
+                    not_counted = token_mask == 0 if gate is None else (token_mask == 0) | (gate == 0)
+                off = not_counted & ~torch.isfinite(k)
+                k.masked_fill_(off, 0.0)
+                dk.masked_fill_(off, 0.0)
         ctx.save_for_backward(dk)
         return k
 
@@ -87,7 +102,13 @@ class _K3(torch.autograd.Function):
     def backward(ctx, grad_out):
         (dk,) = ctx.saved_tensors
         # dK/d(student) = -dK/dd; the teacher is a constant of the loss (no gradient).
-        return torch.mul(grad_out, dk).neg_(), None, None, None, None
+        return torch.mul(grad_out, dk).neg_(), None, None, None, None, None
+
+
+def _check_per_sample(name: str, value: torch.Tensor, bs: int) -> None:
+    """A per-sample tensor must be (bs,) or (bs, 1): anything else would broadcast silently."""
+    if tuple(value.shape) not in ((bs,), (bs, 1)):
+        raise ValueError(f"{name} has shape {tuple(value.shape)}; expected ({bs},) or ({bs}, 1), one value per sample")
 
 
 def k3_kl(
@@ -97,6 +118,7 @@ def k3_kl(
     linear_above: float = K3_LINEAR_ABOVE,
     clamp_below: float = K3_CLAMP_BELOW,
     gate: torch.Tensor | None = None,
+    token_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token K3 estimator ``exp(d) - d - 1`` with ``d = teacher - student``.
 
@@ -104,30 +126,45 @@ def k3_kl(
         student_log_probs: (bs, response_len) log p_S of the sampled tokens; differentiable.
         teacher_log_probs: (bs, response_len) log p_T of the same tokens; a constant (``-inf``
             allowed: a token the teacher never emits).
-        linear_above: for ``d > linear_above`` the tangent line at ``linear_above`` (must be >= 0).
+        linear_above: for ``d > linear_above`` the tangent line at ``linear_above`` (must be >= 0;
+            ``inf`` gives the plain K3, whose gradient ``e^d - 1`` is unbounded).
         clamp_below: for ``d < clamp_below`` the value at ``clamp_below`` (must be < linear_above).
-        gate: optional (bs, 1) per-sample weight broadcast over tokens (the reward gate); applied
-            in place, so no (bs, response_len) temporary is made for it.
+        gate: optional (bs,) or (bs, 1) per-sample weight broadcast over tokens (the reward gate);
+            applied in place, so no (bs, response_len) temporary is made for it.
+        token_mask: optional (bs, response_len), nonzero on the tokens that count. Only read when
+            a log-prob is NaN or ``d`` is ``+inf``: such a token outside the mask or in a gated-off
+            sample then gives exactly 0 and 0 gradient (a counted one stays NaN/inf, visibly).
 
     Returns:
-        (bs, response_len) K3 values, ``>= 0`` and finite. Equals ``exp(d) - d - 1`` exactly on
-        ``[clamp_below, linear_above]``. As a value it estimates KL(student || teacher); its
-        expected gradient on student samples is that of KL(teacher || student) (module docstring).
+        (bs, response_len) K3 values, ``>= 0`` and finite for finite inputs. Equals
+        ``exp(d) - d - 1`` exactly on ``[clamp_below, linear_above]``. As a value it estimates
+        KL(student || teacher); its expected gradient on student samples is that of
+        KL(teacher || student) (module docstring).
     """
     if student_log_probs.shape != teacher_log_probs.shape:
         raise ValueError(
             f"student_log_probs {tuple(student_log_probs.shape)} and teacher_log_probs "
             f"{tuple(teacher_log_probs.shape)} must have the same shape (bs, response_len)"
         )
+    if not student_log_probs.is_floating_point():
+        raise ValueError(f"student_log_probs has dtype {student_log_probs.dtype}; log-probs must be floating point")
     if not clamp_below < linear_above or linear_above < 0:
         raise ValueError(
             f"need clamp_below < linear_above and linear_above >= 0, got clamp_below={clamp_below}, "
             f"linear_above={linear_above}"
         )
+    if token_mask is not None and token_mask.shape != student_log_probs.shape:
+        raise ValueError(
+            f"token_mask has shape {tuple(token_mask.shape)}; expected {tuple(student_log_probs.shape)} "
+            "(bs, response_len), as the log-probs"
+        )
     teacher = teacher_log_probs.detach().to(student_log_probs.dtype)
     if gate is not None:
+        if student_log_probs.dim() == 0:
+            raise ValueError("gate needs log-probs of shape (bs, response_len)")
+        _check_per_sample("gate", gate, student_log_probs.shape[0])
         gate = gate.detach().to(student_log_probs.dtype).reshape(-1, *([1] * (student_log_probs.dim() - 1)))
-    return _K3.apply(student_log_probs, teacher, float(clamp_below), float(linear_above), gate)
+    return _K3.apply(student_log_probs, teacher, float(clamp_below), float(linear_above), gate, token_mask)
 
 
 def _group_index(group_ids: Any) -> tuple[np.ndarray, int]:
@@ -239,12 +276,27 @@ def mopd_kl_loss(
 
     if normalization not in ("all", "kept"):
         raise ValueError(f"normalization must be 'all' or 'kept', got {normalization!r}")
+    if student_log_probs.dim() != 2:
+        raise ValueError(f"student_log_probs has shape {tuple(student_log_probs.shape)}; expected (bs, response_len)")
+    bs = student_log_probs.shape[0]
+    if response_mask.shape != student_log_probs.shape:
+        raise ValueError(
+            f"response_mask has shape {tuple(response_mask.shape)}; expected {tuple(student_log_probs.shape)} "
+            "(bs, response_len), as student_log_probs"
+        )
+    if kl_mask is not None:
+        _check_per_sample("kl_mask", kl_mask, bs)
+    if kl_start_index is not None and tuple(kl_start_index.shape) != (bs,):
+        raise ValueError(f"kl_start_index has shape {tuple(kl_start_index.shape)}; expected ({bs},), one index per sample")
     mask = response_mask.to(student_log_probs.dtype)
     if kl_start_index is not None:
         mask = mask * _window_mask(kl_start_index, mask.shape, mask.device)
     gate = None if kl_mask is None else kl_mask.detach().to(student_log_probs.dtype).reshape(-1, 1)
 
-    k3 = k3_kl(student_log_probs, teacher_log_probs, linear_above=linear_above, clamp_below=clamp_below)
+    counted = mask if gate is None else mask * (gate != 0)
+    k3 = k3_kl(
+        student_log_probs, teacher_log_probs, linear_above=linear_above, clamp_below=clamp_below, token_mask=counted
+    )
     with torch.no_grad():
         row_sum = (k3 * mask).sum(-1)
         row_tokens = mask.sum(-1)
@@ -258,8 +310,23 @@ def mopd_kl_loss(
         if normalization == "kept":
             mask = mask * gate
         k3 = k3 * gate
+    if _nothing_counts(mask, loss_agg_mode, global_batch_info):
+        # every denominator agg_loss could use is 0 (empty batch, all masked, all gated with
+        # "kept"): the mean of nothing is 0 here, with a zero gradient, instead of 0/0 = NaN
+        return (k3 * mask).sum(), metrics
     loss = agg_loss(loss_mat=k3, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
     return loss, metrics
+
+
+def _nothing_counts(mask: torch.Tensor, loss_agg_mode: str, global_batch_info: dict[str, Any]) -> bool:
+    """Whether ``agg_loss`` would divide by zero: no counted token (or sequence) in its denominator."""
+    if loss_agg_mode == "token-sum":
+        return False
+    key = "batch_num_tokens" if loss_agg_mode == "token-mean" else "global_batch_size"
+    given = global_batch_info.get(key)
+    if given is not None:
+        return float(given) == 0
+    return mask.numel() == 0 or not bool(mask.any())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,7 +380,7 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
             f"{tuple(student.shape)}: mopd_k3 needs one log-prob per sampled token (not top-k)"
         )
 
-    gate = data[KL_MASK_KEY].reshape(-1, 1) if KL_MASK_KEY in data.keys() else None
+    gate = data[KL_MASK_KEY] if KL_MASK_KEY in data.keys() else None
     start = data[KL_START_KEY] if KL_START_KEY in data.keys() else None
     token_weight = None
     if start is not None:
@@ -328,11 +395,12 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
         linear_above=getattr(loss_config, "k3_linear_above", K3_LINEAR_ABOVE),
         clamp_below=getattr(loss_config, "k3_clamp_below", K3_CLAMP_BELOW),
         gate=gate,
+        token_mask=response_mask,
     )
     if token_weight is not None:
         k3 = k3 * token_weight
     with torch.no_grad():
-        weight = torch.ones(student.shape[0], device=student.device) if gate is None else gate.squeeze(-1)
+        weight = torch.ones(student.shape[0], device=student.device) if gate is None else gate.reshape(-1)
         on = (weight > 0).float()
         metrics = {
             # mean K3 over the tokens whose KL is on; dividing by the gate weights undoes the constant

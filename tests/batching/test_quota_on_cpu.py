@@ -100,7 +100,8 @@ def test_quotas_alternate_the_odd_slot_and_state_roundtrips():
         ({"shares": {}}, "shares is empty"),
         ({"shares": {"a": 0.7, "b": 0.7}}, "must sum to 1"),
         ({"shares": {"a": -1.0, "b": 2.0}}, r"shares\['a'\]=-1.0"),
-        ({"shares": {"a": 1.0}, "max_wait_groups": None}, "set at least one"),
+        ({"shares": {"a": 1.0}, "max_wait_seconds": None}, "max_wait_seconds=None; must be a finite"),
+        ({"shares": {"a": 1.0}, "max_wait_seconds": float("inf")}, "max_wait_seconds=inf"),
         ({"shares": {"a": 1.0}, "max_wait_groups": -2}, "max_wait_groups=-2"),
     ],
 )

@@ -113,3 +113,88 @@ def test_mismatched_checkpoints_are_refused(ckpts, tmp_path):
     AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "short")
     with pytest.raises(ValueError, match="tensor names differ"):
         merge_checkpoints(MergeConfig("average", (ckpts["desktop"][0], str(tmp_path / "short"))), str(tmp_path / "o"))
+
+
+# ----------------------------------------------------------------------------- never a partial or lost checkpoint
+
+
+def _raw_ckpt(path, tensors, shards=2):
+    """A sharded safetensors checkpoint written directly: ``tensors`` split over ``shards`` files + index."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    names = sorted(tensors)
+    weight_map = {}
+    for i in range(shards):
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[i::shards]}
+        save_file(part, str(path / fname))
+        weight_map.update({n: fname for n in part})
+    (path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (path / "config.json").write_text('{"model_type": "toy"}')
+    return str(path)
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _toy(scale, **over):
+    t = {"a.weight": torch.full((3, 2), scale), "b.weight": torch.arange(4.0) * scale, "c.bias": torch.ones(5) * scale}
+    t.update(over)
+    return t
+
+
+def test_out_naming_an_input_is_refused_and_the_input_is_untouched(tmp_path, capsys):
+    left, right = _raw_ckpt(tmp_path / "left", _toy(1.0)), _raw_ckpt(tmp_path / "right", _toy(3.0))
+    before = _snapshot(tmp_path / "left")
+    (tmp_path / "alias").symlink_to(tmp_path / "left")
+    for out in (left, str(tmp_path / "alias"), str(tmp_path / "left" / "sub"), str(tmp_path)):
+        assert eval_main(["merge", "--method", "average", "--models", left, right, "--out", out]) == 2
+        assert "--out=" in capsys.readouterr().err
+    assert _snapshot(tmp_path / "left") == before and not (tmp_path / "left" / "sub").exists()
+
+
+def test_a_shape_mismatch_in_a_later_shard_writes_nothing(tmp_path):
+    left = _raw_ckpt(tmp_path / "left", _toy(1.0))
+    right = _raw_ckpt(tmp_path / "right", _toy(3.0, **{"c.bias": torch.ones(7)}))  # in the second shard
+    with pytest.raises(ValueError, match=r"'c.bias': shape \(7,\)"):
+        merge_checkpoints(MergeConfig("average", (left, right)), str(tmp_path / "merged"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["left", "right"]  # no output, no temporary
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_input_weights_are_an_error_naming_tensor_and_model(tmp_path, capsys, bad):
+    left = _raw_ckpt(tmp_path / "left", _toy(1.0))
+    right = _raw_ckpt(tmp_path / "right", _toy(3.0, **{"b.weight": torch.tensor([0.0, bad, 2.0, 3.0])}))
+    out = tmp_path / "merged"
+    assert eval_main(["merge", "--method", "average", "--models", left, right, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "tensor 'b.weight'" in err and right in err and "NaN/inf" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_rerun_replaces_an_earlier_merge_but_never_a_foreign_folder(tmp_path):
+    left, right = _raw_ckpt(tmp_path / "left", _toy(1.0)), _raw_ckpt(tmp_path / "right", _toy(3.0))
+    out = tmp_path / "merged"
+    merge_checkpoints(MergeConfig("average", (left, right)), str(out))
+    (out / "stale.txt").write_text("from the first run")
+    merge_checkpoints(MergeConfig("average", (left, right), weights=(0.75, 0.25)), str(out))
+    assert not (out / "stale.txt").exists()
+    assert torch.equal(_load_raw(out)["a.weight"], torch.full((3, 2), 1.5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["left", "merged", "right"]
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not an earlier merge output"):
+        merge_checkpoints(MergeConfig("average", (left, right)), str(foreign))
+    assert (foreign / "keep.txt").read_text() == "mine"
+
+
+def _load_raw(folder):
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in folder.glob("*.safetensors"):
+        out.update(load_file(str(f)))
+    return out

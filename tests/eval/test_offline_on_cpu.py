@@ -174,13 +174,13 @@ def test_offline_end_to_end_over_http_bounded_resumable(tmp_path, capsys):
         rc = eval_main(["offline", "--data", data, "--out", str(out), "--base-url", srv.url, "--model", "m",
                         "--max-in-flight", "3", "--max-retries", "2", "--no-progress"])
         assert srv.peak <= 3 and srv.peak >= 2
-    assert rc == 1
-    first = json.loads((out / "report.json").read_text())
-    assert first["counts"] == {"samples": 9, "scored": 7, "resumed": 0, "failed": 2, "stale_results_ignored": 0}
-    assert sorted(f["id"] for f in first["failures"]) == ["d3", "m2"]
-    assert set(read_results(str(out / "results.jsonl"))) == {c[0] for c in CASES} - {"d3", "m2"}
-    # second run: only the two missing ids are requested
-    with _Server() as srv:
+        assert rc == 1
+        first = json.loads((out / "report.json").read_text())
+        assert first["counts"] == {"samples": 9, "scored": 7, "resumed": 0, "failed": 2, "stale_results_ignored": 0}
+        assert sorted(f["id"] for f in first["failures"]) == ["d3", "m2"]
+        assert set(read_results(str(out / "results.jsonl"))) == {c[0] for c in CASES} - {"d3", "m2"}
+        # second run, the server healthy again: only the two missing ids are requested
+        srv.fail_first, srv.status_for, srv.seen = 0, {}, {}
         rc = eval_main(["offline", "--data", data, "--out", str(out), "--base-url", srv.url, "--model", "m",
                         "--max-retries", "0", "--no-progress"])
         assert sorted(srv.seen) == ["d3", "m2"]

@@ -31,9 +31,11 @@ class QuotaConfig(BaseConfig):
         shares: target share of accepted groups per domain (values of the ``platform`` field);
             positive, summing to 1. Paper (§3.4.3): ``{mobile: 0.5, desktop: 0.5}``.
         max_wait_groups: fallback after this many groups finished while a full domain waits
-            on a short one. None disables this bound.
-        max_wait_seconds: fallback after this many seconds of such waiting. None disables.
-            At least one bound must be set, so a domain that supplies nothing cannot stall.
+            on a short one (the fast bound). None disables this bound.
+        max_wait_seconds: fallback after this many seconds of such waiting (the backstop).
+            Required and finite: when the short domain's rollouts hang and the full domain is
+            paused, no group finishes, so only a time bound can end the wait. Once the fallback
+            fires nothing is paused, so the other domains fill the free slots.
         backpressure_ahead_batches: a domain is paused once its accepted + buffered groups
             cover its quota for this many batches beyond the current one (0: the current batch
             only, right for sync; 1 keeps one batch of look-ahead for async trainers).
@@ -42,7 +44,7 @@ class QuotaConfig(BaseConfig):
 
     shares: dict[str, float] = field(default_factory=dict)
     max_wait_groups: int | None = 64
-    max_wait_seconds: float | None = None
+    max_wait_seconds: float = 600.0
     backpressure_ahead_batches: int = 0
     seed: int = 0
 
@@ -62,10 +64,12 @@ class QuotaConfig(BaseConfig):
             not isinstance(self.max_wait_groups, int) or self.max_wait_groups < 0
         ):
             errors.append(f"quota.max_wait_groups={self.max_wait_groups!r}; must be an int >= 0 or null")
-        if self.max_wait_seconds is not None and not self.max_wait_seconds >= 0:
-            errors.append(f"quota.max_wait_seconds={self.max_wait_seconds!r}; must be >= 0 or null")
-        if self.max_wait_groups is None and self.max_wait_seconds is None:
-            errors.append("quota.max_wait_groups and quota.max_wait_seconds are both null; set at least one")
+        wait_s = self.max_wait_seconds
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not 0 <= wait_s < math.inf:
+            errors.append(
+                f"quota.max_wait_seconds={wait_s!r}; must be a finite number of seconds >= 0 (default 600): "
+                "a domain whose rollouts hang finishes no group, so only this bound ends the wait"
+            )
         if not isinstance(self.backpressure_ahead_batches, int) or self.backpressure_ahead_batches < 0:
             errors.append(
                 f"quota.backpressure_ahead_batches={self.backpressure_ahead_batches!r}; must be an int >= 0"
@@ -193,13 +197,17 @@ class QuotaScheduler:
             self._waited_groups += 1
 
     def remove(self, gid: Hashable) -> bool:
-        """Forget a buffered (not yet accepted) group; returns whether it was buffered."""
+        """Forget a group that went away (buffered, or accepted into the open batch, whose slot
+        opens again); returns whether the scheduler held it."""
         domain = self._domain_of.get(gid)
-        if domain is None or gid not in self._pending[domain]:
+        if domain is None:
             return False
-        self._pending[domain].remove(gid)
-        del self._domain_of[gid]
-        return True
+        for holder in (self._pending[domain], self.accepted[domain], self.fallback_accepted):
+            if gid in holder:
+                holder.remove(gid)
+                del self._domain_of[gid]
+                return True
+        return False
 
     def drain(self) -> list:
         """Remove and return every buffered group (sync trainers discard the surplus)."""
@@ -221,7 +229,10 @@ class QuotaScheduler:
 
     def paused_domains(self) -> frozenset[str]:
         """Domains whose producers should pause: accepted + buffered covers their quota for the
-        current batch and ``backpressure_ahead_batches`` more."""
+        current batch and ``backpressure_ahead_batches`` more. None once the fallback has fired:
+        the short domains' free slots are open to every domain."""
+        if self._fallback:
+            return frozenset()
         ahead = self.config.backpressure_ahead_batches
         return frozenset(
             d
@@ -241,9 +252,13 @@ class QuotaScheduler:
             return Decision(list(self._batch), frozenset(), self._fallback)
         if not self._open:
             raise RuntimeError("poll called with no open batch; call start_batch first")
+        # Never past batch_size: slots the fallback already gave away stay given when the short
+        # domain delivers late.
+        free = self._batch_size - sum(len(v) for v in self.accepted.values()) - len(self.fallback_accepted)
         for d in self.domains:
-            while len(self.accepted[d]) < self.quotas[d] and self._pending[d]:
+            while free > 0 and len(self.accepted[d]) < self.quotas[d] and self._pending[d]:
                 self.accepted[d].append(self._pending[d].popleft())
+                free -= 1
         if self._waiting() and self._wait_started_at is None:
             self._wait_started_at = now
         if not self._fallback and self._short():
@@ -280,7 +295,8 @@ class QuotaScheduler:
 
     def _close(self) -> Decision:
         batch = [gid for d in self.domains for gid in self.accepted[d]] + list(self.fallback_accepted)
-        assert len(batch) == self._batch_size, (len(batch), self._batch_size)
+        if len(batch) != self._batch_size:  # an invariant, checked also under python -O
+            raise RuntimeError(f"QuotaScheduler closed a batch of {len(batch)} groups, batch_size={self._batch_size}")
         for d in self.domains:
             self.granted_total[d] += self.quotas[d]
             self.accepted_total[d] += len(self.accepted[d])
@@ -317,13 +333,40 @@ class QuotaScheduler:
         }
 
     def load_state_dict(self, state: Mapping) -> None:
-        if dict(state["shares"]) != dict(self.config.shares):
+        """Restore :meth:`state_dict`; ValueError naming the field for anything malformed, nothing
+        changed then."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"scheduler state is a {type(state).__name__}; expected an object")
+        missing = sorted(set(self.state_dict()) - set(state))
+        if missing:
+            raise ValueError(f"scheduler state lacks {missing}")
+        shares = state["shares"]
+        if not isinstance(shares, Mapping) or dict(shares) != dict(self.config.shares):
             raise ValueError(
-                f"checkpointed quota.shares={dict(state['shares'])} differ from configured "
+                f"checkpointed quota.shares={shares!r} differ from configured "
                 f"{dict(self.config.shares)}; resume with the same shares"
             )
-        self.granted_total = {d: int(state["granted_total"][d]) for d in self.domains}
-        self.accepted_total = {d: int(state["accepted_total"][d]) for d in self.domains}
-        self.fallback_slots_total = int(state["fallback_slots_total"])
-        self.fallback_batches_total = int(state["fallback_batches_total"])
-        self.batches_total = int(state["batches_total"])
+        per_domain = {name: _counters(state[name], name, self.domains) for name in ("granted_total", "accepted_total")}
+        totals = {name: _count(state[name], name) for name in ("fallback_slots_total", "fallback_batches_total", "batches_total")}
+        granted, accepted = per_domain["granted_total"], per_domain["accepted_total"]
+        if sum(accepted.values()) != sum(granted.values()):
+            raise ValueError(f"accepted_total={accepted} and granted_total={granted} count different numbers of slots")
+        if totals["fallback_slots_total"] > sum(granted.values()) or totals["fallback_batches_total"] > totals["batches_total"]:
+            raise ValueError(f"fallback counters {totals} exceed the slots granted ({sum(granted.values())})")
+        self.granted_total, self.accepted_total = granted, accepted
+        self.fallback_slots_total = totals["fallback_slots_total"]
+        self.fallback_batches_total = totals["fallback_batches_total"]
+        self.batches_total = totals["batches_total"]
+
+
+def _count(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}={value!r}; expected an int >= 0")
+    return value
+
+
+def _counters(value, name: str, domains: list[str]) -> dict[str, int]:
+    if not isinstance(value, Mapping) or set(value) != set(domains):
+        keys = sorted(value) if isinstance(value, Mapping) else type(value).__name__
+        raise ValueError(f"{name} has {keys}; expected a count for each domain {domains}")
+    return {d: _count(value[d], f"{name}[{d!r}]") for d in domains}

@@ -37,6 +37,8 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 from verl.utils.skip import SkipManager
 
+from verl_mopd.files import atomic_write
+
 from .groups import KL_ONLY, MIXED, UNIFORM_GROUP_MODES, GroupVerdict, classify_group, read_env_failure
 from .quota import QuotaConfig, QuotaScheduler
 
@@ -317,20 +319,31 @@ class _QuotaSamplingMixin:
         self.scheduler.load_state_dict(state["scheduler"])
 
     def save_checkpoint(self, global_step_folder: str) -> str:
-        """Write ``batching_state.json`` into verl's ``global_step_N`` folder; returns its path."""
+        """Write ``batching_state.json`` into verl's ``global_step_N`` folder (atomically: a failed
+        save leaves the previous file whole); returns its path."""
         os.makedirs(global_step_folder, exist_ok=True)
         path = os.path.join(global_step_folder, STATE_FILE)
-        with open(path, "w") as f:
-            json.dump(self.state_dict(), f, indent=1, sort_keys=True)
+        text = json.dumps(self.state_dict(), indent=1, sort_keys=True, allow_nan=False)
+        with atomic_write(path) as f:
+            f.write(text)
         return path
 
     def load_checkpoint(self, global_step_folder: str) -> bool:
-        """Restore from ``global_step_N/batching_state.json``; False (and nothing changed) if absent."""
+        """Restore from ``global_step_N/batching_state.json``; False (and nothing changed) if absent.
+        A torn or malformed file is a ValueError that names it and the field."""
         path = os.path.join(global_step_folder, STATE_FILE)
         if not os.path.exists(path):
             return False
-        with open(path) as f:
-            self.load_state_dict(json.load(f))
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+            if not isinstance(state, Mapping) or not isinstance(state.get("scheduler"), Mapping):
+                raise ValueError("expected an object with a 'scheduler' object")
+            self.load_state_dict(state)
+        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(
+                f"{path}: cannot resume the quota sampler: {e}. Delete the file to start its counters afresh"
+            ) from None
         return True
 
 

@@ -9,7 +9,8 @@ alone as ``python -m verl_mopd.eval``.
     verl-mopd eval merge --method ties --base base/ --models desktop/ mobile/ --density 0.5 --out merged/
     verl-mopd eval merge --method average --models desktop/ mobile/ --out averaged/
 
-``offline`` writes ``OUT/results.jsonl`` (one scored line per sample; rerun to resume) and
+``offline`` writes ``OUT/results.jsonl`` (one scored line per sample; rerun the same command to
+resume: another model, sampling or reward setting is refused), ``OUT/run.json`` and
 ``OUT/report.json`` (per-platform metrics) and prints the table. The online adapters
 (:mod:`verl_mopd.eval.osworld`, :mod:`verl_mopd.eval.mobileworld`) are imported by the harnesses.
 """
@@ -18,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from verl_mopd.rewards.score import MODES, PRESETS
+from verl_mopd.errors import UsageError
+from verl_mopd.files import refuse_overwrite
+from verl_mopd.rewards.score import MODES, PRESETS, make_configs
 
 
 def _add_offline(p: argparse.ArgumentParser) -> None:
@@ -43,6 +47,8 @@ def _add_offline(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=list(MODES), default="strict", help="reward mode (as in training)")
     p.add_argument("--preset", choices=list(PRESETS), default=None, help="strict-mode tolerance preset")
     p.add_argument("--reward-kwargs", default=None, help="JSON object of extra reward kwargs (strict mode)")
+    p.add_argument("--image-root", default=None,
+                   help="folder image paths in the data are resolved against and confined to (default: the data's folder)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -69,14 +75,35 @@ def _offline(args: argparse.Namespace) -> int:
     from verl_mopd.eval.clients import OpenAIClient, RetryPolicy, TransformersClient
     from verl_mopd.eval.offline import evaluate, format_table, load_samples
 
-    reward_kwargs = json.loads(args.reward_kwargs) if args.reward_kwargs else {}
+    try:
+        reward_kwargs = json.loads(args.reward_kwargs) if args.reward_kwargs else {}
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--reward-kwargs: not JSON ({e.msg} at column {e.colno}): {args.reward_kwargs[:80]!r}") from None
     if not isinstance(reward_kwargs, dict):
-        raise SystemExit(f"--reward-kwargs={args.reward_kwargs!r}: must be a JSON object")
+        raise UsageError(f"--reward-kwargs={args.reward_kwargs!r}: must be a JSON object")
     if args.preset:
         reward_kwargs["preset"] = args.preset
+    if args.mode == "ui_mopd" and reward_kwargs:
+        raise UsageError(f"--mode ui_mopd reproduces the release and takes no --preset/--reward-kwargs; got {sorted(reward_kwargs)}")
+    try:
+        make_configs(**reward_kwargs)
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"--reward-kwargs: {e}") from None
+    for option, value in (("--max-in-flight", args.max_in_flight), ("--max-tokens", args.max_tokens)):
+        if value < 1:
+            raise UsageError(f"{option}={value}: must be >= 1")
+    if args.max_retries < 0:
+        raise UsageError(f"--max-retries={args.max_retries}: must be >= 0")
+    if args.image_root is not None and not os.path.isdir(args.image_root):
+        raise UsageError(f"--image-root={args.image_root}: not a folder")
+    refuse_overwrite(args.out, [args.data], "--out")
+    if args.hf_model and not os.path.isdir(args.hf_model):
+        raise UsageError(f"--hf-model={args.hf_model}: not a checkpoint folder")
+    samples = load_samples(args.data, limit=args.limit, platforms=args.platform, image_root=args.image_root)
+    sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
     if args.base_url:
         if not args.model:
-            raise SystemExit("--base-url needs --model (the served model name)")
+            raise UsageError("--base-url needs --model (the served model name)")
         client = OpenAIClient(
             args.base_url,
             args.model,
@@ -86,13 +113,12 @@ def _offline(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             retry=RetryPolicy(max_retries=args.max_retries),
         )
-        in_flight, source = args.max_in_flight, {"base_url": args.base_url, "model": args.model}
+        in_flight, source = args.max_in_flight, {"base_url": args.base_url.rstrip("/"), "model": args.model}
     else:
         client = TransformersClient(
             args.hf_model, max_new_tokens=args.max_tokens, temperature=args.temperature, device=args.device, dtype=args.dtype
         )
-        in_flight, source = 1, {"hf_model": args.hf_model}
-    samples = load_samples(args.data, limit=args.limit, platforms=args.platform)
+        in_flight, source = 1, {"hf_model": os.path.abspath(args.hf_model), "dtype": args.dtype}
     report = evaluate(
         samples,
         client.complete,
@@ -102,6 +128,7 @@ def _offline(args: argparse.Namespace) -> int:
         reward_kwargs=reward_kwargs,
         progress=not args.no_progress,
         meta={"data": args.data, **source},
+        run={**source, **sampling},
     )
     if isinstance(client, TransformersClient) and client.images_dropped:
         print(f"note: text-only model; {client.images_dropped} images were dropped from the prompts", file=sys.stderr)
@@ -134,8 +161,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = add_eval_arguments(argparse.ArgumentParser(prog="verl-mopd eval", description=__doc__.split("\n")[0]))
-    return run_eval(parser.parse_args(argv))
+    """``python -m verl_mopd.eval``: the same command, behind ``verl-mopd``'s error boundary."""
+    from verl_mopd.cli import main as cli_main
+
+    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

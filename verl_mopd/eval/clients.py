@@ -3,10 +3,12 @@
 Both take neutral messages (:mod:`verl_mopd.eval.messages`) and return the response text.
 
 - :class:`OpenAIClient`: ``POST {base_url}/chat/completions`` (SGLang, vLLM, or any
-  OpenAI-compatible server), stdlib ``urllib`` only. Retries connection errors, timeouts, 408,
-  409, 429 and 5xx with exponential backoff and jitter (``Retry-After`` honoured); other 4xx fail
-  at once with the server's message. Thread-safe: :func:`run_bounded` calls it from a pool of
-  ``max_in_flight`` threads, which bounds the requests in flight.
+  OpenAI-compatible server), stdlib ``urllib`` only. Retries connection errors, timeouts,
+  connections dropped mid-response (``IncompleteRead``, a bad status line), a body that is not
+  JSON (a proxy's error page), 408, 409, 429 and 5xx, with exponential backoff and jitter;
+  ``Retry-After`` is honoured up to ``RetryPolicy.max_delay``. Other 4xx and a JSON answer
+  without a message fail at once with the server's words. Thread-safe: :func:`run_bounded` calls
+  it from a pool of ``max_in_flight`` threads, which bounds the requests in flight.
 - :class:`TransformersClient`: greedy or sampled ``generate`` of a local checkpoint. With a
   multimodal processor (Qwen3-VL) the screenshots go through the processor's chat template;
   with a text-only tokenizer the images are dropped and counted (``images_dropped``), which
@@ -15,6 +17,7 @@ Both take neutral messages (:mod:`verl_mopd.eval.messages`) and return the respo
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import threading
@@ -109,13 +112,13 @@ class OpenAIClient:
         }
         return json.dumps(body).encode("utf-8")
 
-    def _post(self, data: bytes) -> dict[str, Any]:
+    def _post(self, data: bytes) -> bytes:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         req = urllib.request.Request(self._url, data=data, headers=headers, method="POST")
         with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
+            return resp.read()
 
     def complete(self, messages: list[dict[str, Any]]) -> str:
         """The first choice's message content; raises :class:`ClientError` when it gives up."""
@@ -125,25 +128,38 @@ class OpenAIClient:
         for attempt in range(self.retry.max_retries + 1):
             retry_after: float | None = None
             try:
-                payload = self._post(data)
-                return _content(payload)
+                body = self._post(data)
             except urllib.error.HTTPError as e:
                 status = e.code
-                detail = e.read().decode("utf-8", "replace")[:500]
+                try:
+                    detail = e.read().decode("utf-8", "replace")[:500]
+                except (OSError, http.client.HTTPException):
+                    detail = "(the body could not be read)"
                 last = f"HTTP {e.code} from {self._url}: {detail}"
                 if e.code not in RETRY_STATUS:
                     raise ClientError(last, status=e.code, attempts=attempt + 1) from None
                 retry_after = _retry_after(e.headers.get("Retry-After") if e.headers else None)
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+            except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as e:
+                # connection refused/reset/closed, timeouts, a body cut short (IncompleteRead),
+                # a garbled status line (BadStatusLine)
                 status = None
                 last = f"{type(e).__name__} talking to {self._url}: {e}"
-            except (ValueError, KeyError, IndexError, TypeError) as e:  # malformed JSON / payload
-                raise ClientError(f"bad response from {self._url}: {e}", attempts=attempt + 1) from None
+            else:
+                try:
+                    payload = json.loads(body.decode("utf-8", "replace"))
+                except ValueError as e:  # not JSON: a proxy's page or a truncated body, retried
+                    status, last = 200, f"a body that is not JSON from {self._url} ({e}): {body[:200]!r}"
+                else:
+                    try:
+                        return _content(payload)
+                    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+                        raise ClientError(f"bad response from {self._url}: {type(e).__name__}: {e}", attempts=attempt + 1) from None
             if attempt == self.retry.max_retries:
                 break
             with self._lock:
                 delay = self.retry.delay(attempt, self._rng)
-            time.sleep(max(delay, retry_after or 0.0))
+            # a server's Retry-After is honoured, but never past our own cap on one wait
+            time.sleep(min(self.retry.max_delay, max(delay, retry_after or 0.0)))
         raise ClientError(f"gave up after {self.retry.max_retries + 1} attempts: {last}", status, self.retry.max_retries + 1)
 
 
@@ -161,10 +177,12 @@ def _content(payload: dict[str, Any]) -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (delay-seconds form); None when absent or unreadable."""
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return seconds if seconds is not None and seconds == seconds and seconds >= 0 else None
 
 
 def run_bounded(

@@ -18,6 +18,12 @@ Arithmetic is float32 (float64 with ``compute_dtype="float64"``), the result cas
 tensor's stored dtype. Tensors that are not floating point (integer buffers) must be equal in
 every model and are copied. Non-weight files (config, tokenizer, chat template, processor) are
 copied from the first model.
+
+The output is all or nothing: names and shapes of every model are checked before anything is
+written, the checkpoint is built in a temporary folder beside ``out_dir`` and renamed into place
+at the end, and a NaN/inf weight in any input is an error naming the tensor and the model.
+``out_dir`` may not be (or hold, or lie inside) one of the inputs, and an existing ``out_dir``
+is replaced only when it is an earlier merge output (it has ``merge_config.json``).
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
+
+from verl_mopd.errors import UsageError
+from verl_mopd.files import refuse_overwrite
 
 METHODS = ("average", "ties")
 INDEX = "model.safetensors.index.json"
@@ -122,6 +132,9 @@ class _Reader:
     def get(self, name: str) -> torch.Tensor:
         return self._handles[self.files[name]].get_tensor(name)
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._handles[self.files[name]].get_slice(name).get_shape())
+
 
 def merge_tensor(cfg: MergeConfig, tensors: list[torch.Tensor], base: torch.Tensor | None) -> torch.Tensor:
     """Merge one tensor across models (same shape); returns it in ``tensors[0].dtype``."""
@@ -152,32 +165,77 @@ def _shards(path: str, names: list[str]) -> dict[str, list[str]]:
 
 
 def merge_checkpoints(cfg: MergeConfig, out_dir: str) -> dict[str, int]:
-    """Write the merged checkpoint to ``out_dir``; returns counts (merged, copied tensors, files)."""
-    from safetensors.torch import save_file
-
+    """Write the merged checkpoint to ``out_dir`` (whole or not at all); returns counts (merged,
+    copied tensors, files). Raises ValueError (``UsageError`` for the output folder) before
+    writing anything when the inputs do not fit together."""
+    inputs = [*cfg.models, *([cfg.base] if cfg.base else [])]
+    refuse_overwrite(out_dir, inputs, "--out", replaces_folder=True)
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, "merge_config.json")):
+        raise UsageError(f"--out={out_dir}: exists and is not an earlier merge output; remove it or choose another folder")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out={out_dir}: is a file; give a folder")
     readers = [_Reader(p) for p in cfg.models]
     base = _Reader(cfg.base) if cfg.method == "ties" else None
+    others = [*readers[1:], *([base] if base else [])]
     names = sorted(readers[0].files)
-    for r in [*readers[1:], *([base] if base else [])]:
+    for r in others:
         if set(r.files) != set(names):
             a, b = set(names) - set(r.files), set(r.files) - set(names)
             raise ValueError(
                 f"{r.path}: tensor names differ from {cfg.models[0]}: missing {sorted(a)[:5]}, extra {sorted(b)[:5]}"
             )
-    os.makedirs(out_dir, exist_ok=True)
+    for name in names:  # from the headers, before any tensor is read or written
+        shape = readers[0].shape(name)
+        for r in others:
+            if r.shape(name) != shape:
+                raise ValueError(f"tensor {name!r}: shape {r.shape(name)} in {r.path} vs {shape} in {readers[0].path}")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", suffix=".tmp", dir=parent)
+    try:
+        counts = _write_merge(cfg, readers, base, names, tmp)
+        _replace_folder(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return counts
+
+
+def _replace_folder(new: str, target: str) -> None:
+    """Move ``new`` to ``target``; an existing ``target`` (an earlier merge) is removed only after."""
+    if not os.path.exists(target):
+        os.replace(new, target)
+        return
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(target))}.", suffix=".old", dir=os.path.dirname(os.path.abspath(target)))
+    os.replace(target, os.path.join(old, "previous"))
+    os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_finite(name: str, merged: torch.Tensor, tensors: list[torch.Tensor], paths: list[str]) -> None:
+    if bool(torch.isfinite(merged).all()):
+        return
+    for t, path in zip(tensors, paths):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"tensor {name!r} in {path} has NaN/inf weights; nothing was written")
+    raise ValueError(f"tensor {name!r}: the merge overflows {merged.dtype} (NaN/inf); try --compute-dtype float64")
+
+
+def _write_merge(cfg: MergeConfig, readers: list[_Reader], base: _Reader | None, names: list[str], out_dir: str) -> dict[str, int]:
+    from safetensors.torch import save_file
+
     counts = {"merged": 0, "copied": 0, "files": 0}
     layout = _shards(cfg.models[0], names)
+    paths = [r.path for r in readers] + ([base.path] if base else [])
     weight_map: dict[str, str] = {}
     for fname, shard_names in layout.items():
         shard: dict[str, torch.Tensor] = {}
         for name in shard_names:
             ts = [r.get(name) for r in readers]
             bt = base.get(name) if base else None
-            for r, t in zip([*readers[1:], *([base] if base else [])], [*ts[1:], *([bt] if base else [])]):
-                if t.shape != ts[0].shape:
-                    raise ValueError(f"tensor {name!r}: shape {tuple(t.shape)} in {r.path} vs {tuple(ts[0].shape)}")
             if ts[0].is_floating_point():
                 shard[name] = merge_tensor(cfg, ts, bt).contiguous()
+                _check_finite(name, shard[name], [*ts, *([bt] if base else [])], paths)
                 counts["merged"] += 1
             else:
                 if any(not torch.equal(ts[0], t) for t in ts[1:]):
@@ -190,6 +248,8 @@ def merge_checkpoints(cfg: MergeConfig, out_dir: str) -> dict[str, int]:
         with open(os.path.join(out_dir, INDEX), "w", encoding="utf-8") as f:
             json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
     for fname in _other_files(cfg.models[0]):
+        if fname == "merge_config.json":  # a merged model merged again: ours is written below
+            continue
         shutil.copy2(os.path.join(cfg.models[0], fname), os.path.join(out_dir, fname))
         counts["files"] += 1
     with open(os.path.join(out_dir, "merge_config.json"), "w", encoding="utf-8") as f:

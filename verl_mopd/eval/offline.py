@@ -21,18 +21,31 @@ Metrics, per platform and over all (:func:`metrics`):
 
 Resumable: every finished sample is appended (and flushed) to ``results.jsonl`` keyed by its id;
 a rerun with the same output folder skips those ids. Requests that fail for good are counted in
-the report (``failed``) and not written, so a rerun retries them.
+the report (``failed``) and not written, so a rerun retries them. ``run.json`` records what
+produced the results (the model: ``base_url`` + ``model`` or ``hf_model``; sampling; reward
+mode and kwargs): a rerun that differs is refused, naming the difference, so one report never
+mixes two models. A torn last line (a crash mid-write) is cut off before appending; a broken
+line before it is an error naming ``results.jsonl:N``. One process writes a folder at a time
+(a lock on ``results.jsonl``); ``report.json`` and ``run.json`` are written atomically.
+
+Images: ``bytes`` are used as they are; a relative path is resolved against the data file's
+folder, and every path must lie inside ``image_root`` (default: that folder; symlinks resolved).
+Every image must decode as a PNG, JPEG, GIF or WebP, so no other local file is ever sent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from verl_mopd.errors import UsageError
 from verl_mopd.eval.messages import expand_images
+from verl_mopd.files import atomic_write, json_line, json_text
 from verl_mopd.rewards import compute_score, parse_action, summarize
 from verl_mopd.rewards.score import make_configs, point_match, read_ground_truth, strict_targets, to_plain
 
@@ -64,8 +77,93 @@ def sample_id(extra: Mapping[str, Any], index: int) -> str:
     return str(index)
 
 
-def sample_from_row(row: Mapping[str, Any], index: int) -> StepSample:
-    """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field."""
+IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")  # what the data: URL's MIME type can name
+
+
+def checked_image(data: bytes, where: str) -> bytes:
+    """``data`` if it decodes as one of :data:`IMAGE_FORMATS`, else ValueError naming ``where``."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            fmt = im.format
+            im.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise ValueError(f"{where}: not an image ({type(e).__name__}: {e})") from None
+    if fmt not in IMAGE_FORMATS:
+        raise ValueError(f"{where}: a {fmt} image; allowed {list(IMAGE_FORMATS)}")
+    return data
+
+
+@dataclass(frozen=True)
+class ImageFolders:
+    """Where image paths in the data are read: relative ones against ``base`` (the data file's
+    folder), and every one only inside ``root`` (``--image-root``, default ``base``)."""
+
+    base: str
+    root: str
+
+
+def _image_file(path: str, folders: ImageFolders, where: str) -> bytes:
+    """Read an image path from the data, resolved against ``base`` and kept inside ``root``."""
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    full = os.path.realpath(os.path.join(folders.base, path))
+    root = os.path.realpath(folders.root)
+    if not full.startswith(root.rstrip(os.sep) + os.sep):
+        raise ValueError(
+            f"{where}={path!r} lies outside the image root {folders.root}; images are read only below it "
+            "(set --image-root to the folder that holds them)"
+        )
+    if not os.path.isfile(full):
+        raise ValueError(f"{where}={path!r}: no such image file ({full})")
+    with open(full, "rb") as f:
+        return checked_image(f.read(), where)
+
+
+def _resolve_image(image: Any, folders: ImageFolders, where: str) -> Any:
+    """An ``images`` entry (or an inline prompt image) with any path replaced by checked bytes."""
+    if isinstance(image, (bytes, bytearray)):
+        return checked_image(bytes(image), where)
+    if isinstance(image, str):
+        return _image_file(image, folders, where)
+    if isinstance(image, Mapping):
+        if image.get("bytes") is not None:
+            return {**image, "bytes": checked_image(bytes(image["bytes"]), where)}
+        for key in ("path", "image"):
+            if image.get(key) is not None:
+                return {"bytes": _as_bytes(_resolve_image(image[key], folders, f"{where}.{key}"))}
+    return image  # expand_images names what is wrong with it
+
+
+def _as_bytes(resolved: Any) -> bytes:
+    return resolved["bytes"] if isinstance(resolved, Mapping) else resolved
+
+
+def _resolve_prompt(prompt: Any, folders: ImageFolders) -> Any:
+    """Inline images of list-form prompt contents, resolved as :func:`_resolve_image` does."""
+    if not isinstance(prompt, list):
+        return prompt
+    out = []
+    for i, message in enumerate(prompt):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "image" and part.get("image") is not None:
+                    part = {**part, "image": _as_bytes(_resolve_image(part["image"], folders, f"prompt[{i}].image"))}
+                parts.append(part)
+            message = {**message, "content": parts}
+        out.append(message)
+    return out
+
+
+def sample_from_row(row: Mapping[str, Any], index: int, images: ImageFolders | None = None) -> StepSample:
+    """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field.
+
+    ``images``: where image paths are read (default: relative to and inside the current directory).
+    """
+    folders = images if images is not None else ImageFolders(os.getcwd(), os.getcwd())
     row = {k: to_plain(v) for k, v in row.items()}
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
@@ -85,25 +183,46 @@ def sample_from_row(row: Mapping[str, Any], index: int) -> StepSample:
             raise ValueError(f"row {index}: no 'platform' column and {e}") from None
     sid = sample_id(extra, index)
     try:
-        messages = expand_images(row["prompt"], row.get("images"))
+        entries = row.get("images")
+        if isinstance(entries, list):
+            entries = [_resolve_image(im, folders, f"images[{i}]") for i, im in enumerate(entries)]
+        messages = expand_images(_resolve_prompt(row["prompt"], folders), entries)
     except ValueError as e:
         raise ValueError(f"row {index} (id={sid!r}): {e}") from None
     return StepSample(sid, str(platform), row.get("data_source"), messages, gt, extra)
 
 
-def load_samples(path: str, limit: int | None = None, platforms: Iterable[str] | None = None) -> list[StepSample]:
-    """Read a verl parquet (a file or a folder of ``*.parquet``); ids must be unique."""
+def load_samples(
+    path: str, limit: int | None = None, platforms: Iterable[str] | None = None, image_root: str | None = None
+) -> list[StepSample]:
+    """Read a verl parquet (a file or a folder of ``*.parquet``); ids must be unique.
+
+    ``image_root``: see the module docstring (default: the folder of the data).
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else [path]
+    if not os.path.exists(path):
+        raise UsageError(f"--data={path}: no such file or folder")
+    is_dir = os.path.isdir(path)
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if is_dir else [path]
     if not files:
-        raise ValueError(f"{path}: no .parquet files")
+        raise UsageError(f"--data={path}: no .parquet files in the folder")
+    base = path if is_dir else os.path.dirname(os.path.abspath(path))
+    folders = ImageFolders(base, image_root if image_root is not None else base)
     keep = set(platforms) if platforms else None
     samples: list[StepSample] = []
     n = 0
     for f in files:
-        for row in pq.read_table(f).to_pylist():
-            s = sample_from_row(row, n)
+        try:
+            table = pq.read_table(f)
+        except (pa.ArrowException, OSError) as e:
+            raise UsageError(f"{f}: not a readable parquet file ({e})") from None
+        for row in table.to_pylist():
+            try:
+                s = sample_from_row(row, n, folders)
+            except ValueError as e:
+                raise UsageError(f"{f}: {e}") from None
             n += 1
             if keep is not None and s.platform not in keep:
                 continue
@@ -200,23 +319,95 @@ def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def read_results(path: str) -> dict[str, dict[str, Any]]:
-    """Finished records of a ``results.jsonl`` by id; a torn last line (a crash mid-write) is skipped."""
+    """Finished records of a ``results.jsonl`` by id; a torn last line (a crash mid-write) is
+    skipped, a broken line before it is a ValueError naming ``path:line``."""
     done: dict[str, dict[str, Any]] = {}
     if not os.path.exists(path):
         return done
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # only the last line may be torn
+            key = str(rec["id"])
+        except (ValueError, KeyError, TypeError):
+            if i == len(lines) - 1:  # no newline after it: the write was cut short
                 continue
-            raise ValueError(f"{path}:{i + 1}: not JSON; delete the line or the file to start over") from None
-        done[str(rec["id"])] = rec
+            raise ValueError(f"{path}:{i + 1}: not a result record; delete the line or the file to start over") from None
+        done[key] = rec
     return done
+
+
+def _cut_torn_tail(path: str) -> None:
+    """Drop an unterminated last line (a write cut short), so the next record starts a line."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(max(0, size - 1))
+        if f.read(1) == b"\n":
+            return
+        block, end = 1 << 16, size
+        while end > 0:  # find the last newline
+            start = max(0, end - block)
+            f.seek(start)
+            chunk = f.read(end - start)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                f.truncate(start + cut + 1)
+                return
+            end = start
+        f.truncate(0)
+
+
+RUN_FILE = "run.json"
+
+
+def _check_run(out_dir: str, run: Mapping[str, Any], has_results: bool) -> None:
+    """Refuse to resume results that another model, sampling or reward setting produced."""
+    if not has_results:
+        return
+    path = os.path.join(out_dir, RUN_FILE)
+    before: Any = None
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                before = json.load(f)
+        except ValueError:
+            before = None
+    if before == json.loads(json.dumps(run)):
+        return
+    if not isinstance(before, dict):
+        what = f"{RUN_FILE} is missing or unreadable, so what produced them is unknown"
+    else:
+        keys = sorted(set(before) | set(run), key=str)
+        what = ", ".join(f"{k} {before.get(k)!r} (now {run.get(k)!r})" for k in keys if before.get(k) != run.get(k))
+    raise UsageError(
+        f"--out={out_dir} holds results of another run: {what}. Choose another --out, or delete "
+        f"{os.path.join(out_dir, 'results.jsonl')} to start over"
+    )
+
+
+@contextlib.contextmanager
+def _locked_append(path: str):
+    """``results.jsonl`` opened for appending, with an exclusive lock (one writer per folder)."""
+    f = open(path, "a", encoding="utf-8")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # not POSIX: no lock
+            pass
+        except OSError:
+            raise UsageError(f"{path}: another evaluation is writing to this --out folder") from None
+        yield f
+    finally:
+        f.close()
 
 
 def evaluate(
@@ -229,41 +420,57 @@ def evaluate(
     reward_kwargs: Mapping[str, Any] | None = None,
     progress: bool = True,
     meta: Mapping[str, Any] | None = None,
+    run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Query ``complete`` for every sample not already in ``out_dir/results.jsonl``, score, report.
 
-    Writes ``out_dir/results.jsonl`` (appended, one line per finished sample) and
-    ``out_dir/report.json``; returns the report: ``{"metrics", "counts", "failures", "meta"}``.
+    Writes ``out_dir/results.jsonl`` (appended, one line per finished sample), ``out_dir/run.json``
+    and ``out_dir/report.json``; returns the report: ``{"metrics", "counts", "failures", "meta"}``.
+
+    Args:
+        run: what produces the responses (model, sampling), e.g. ``{"base_url", "model",
+            "max_tokens", "temperature"}``; with ``mode`` and ``reward_kwargs`` it keys the resume:
+            results of a different run are refused (module docstring).
     """
     from verl_mopd.eval.clients import run_bounded
 
     reward_kwargs = dict(reward_kwargs or {})
     compute_score(None, "", '{"platform": "desktop", "action": {"action": "wait"}}', None, mode, **reward_kwargs)
+    for s in samples:  # a bad ground truth stops the run before any request, naming the sample
+        try:
+            compute_score(s.data_source, "", s.ground_truth, s.extra_info, mode, **reward_kwargs)
+        except ValueError as e:
+            raise ValueError(f"sample {s.id!r}: {e}") from None
+    run_key = {**dict(run or {}), "mode": mode, "reward_kwargs": reward_kwargs}
     os.makedirs(out_dir, exist_ok=True)
     results_path = os.path.join(out_dir, "results.jsonl")
-    done = read_results(results_path)
-    ids = {s.id for s in samples}
-    todo = [s for s in samples if s.id not in done]
-    failures: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    with _locked_append(results_path) as out:
+        _cut_torn_tail(results_path)
+        done = read_results(results_path)
+        _check_run(out_dir, run_key, bool(done))
+        with atomic_write(os.path.join(out_dir, RUN_FILE)) as f:
+            f.write(json_text(run_key, indent=2))
+        ids = {s.id for s in samples}
+        todo = [s for s in samples if s.id not in done]
+        failures: list[dict[str, Any]] = []
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc="eval", unit="step")
-    with open(results_path, "a", encoding="utf-8") as out:
+            bar = tqdm(total=len(samples), initial=len(samples) - len(todo), desc="eval", unit="step")
         for sample, response, err in run_bounded(lambda s: complete(s.messages), todo, max_in_flight):
             if err is not None:
                 failures.append({"id": sample.id, "error": f"{type(err).__name__}: {err}"})
             else:
                 rec = score_sample(sample, response, mode, **reward_kwargs)
                 done[sample.id] = rec
-                out.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                out.write(json_line(rec))
                 out.flush()
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(failed=len(failures))
-    if bar is not None:
-        bar.close()
+        if bar is not None:
+            bar.close()
     records = [done[i] for i in sorted(ids & done.keys())]
     report = {
         "metrics": metrics(records),
@@ -277,6 +484,6 @@ def evaluate(
         "failures": failures[:100],
         "meta": {"mode": mode, "reward_kwargs": reward_kwargs, **(meta or {})},
     }
-    with open(os.path.join(out_dir, "report.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, ensure_ascii=False)
+    with atomic_write(os.path.join(out_dir, "report.json")) as f:
+        f.write(json_text(report, indent=2))
     return report

@@ -5,12 +5,22 @@ section verl converts to dataclasses (``omega_conf_to_dataclass``), runs verl's
 ``validate_config``, and checks what verl cannot know: the ``mopd`` block, the teachers against
 the cluster, the reward gate against the group filter, the paths. ``verl-mopd validate-recipe``
 and ``python -m verl_mopd.trainer.main`` call it before anything starts.
+
+Validation never runs code from the recipe. Converting a section makes hydra instantiate its
+``_target_``, so every ``_target_`` in the composed config (overrides included) must first name
+one of verl's (or verl-mopd's) config dataclasses, ``verl.*`` / ``verl_mopd.*`` subclasses of
+verl's ``BaseConfig`` (:func:`code_target_problems`); anything else is a problem and nothing is
+converted. ``pkg://`` search paths are limited to the same packages, since hydra imports them
+while composing (:func:`searchpath_problems`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib
 import io
+import math
 import os
 from dataclasses import fields as dc_fields
 from typing import Any
@@ -175,7 +185,12 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
 
     values: set[str] = set()
     for path in paths:
-        if routing_key not in pq.read_schema(path).names:
+        try:
+            names = pq.read_schema(path).names
+        except Exception as exc:  # noqa: BLE001 - ArrowInvalid and friends, reported with the file
+            problems.append(f"{key}: {path} is not a readable parquet file ({str(exc).splitlines()[0]})")
+            return None
+        if routing_key not in names:
             problems.append(
                 f"{key}: {path} has no top-level column {routing_key!r} (mopd.routing_key); "
                 "verl-mopd prepare writes it"
@@ -218,6 +233,185 @@ def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) 
             warnings.append(f"{key}={v} does not exist on this machine (fine if it exists on the cluster)")
 
 
+# ---------------------------------------------------------------- never run recipe code
+
+#: packages whose config dataclasses a recipe's ``_target_`` may name, and ``pkg://`` may import
+TRUSTED_PACKAGES = ("verl", "verl_mopd")
+
+
+def _trusted(dotted: str) -> bool:
+    return any(dotted == p or dotted.startswith(p + ".") for p in TRUSTED_PACKAGES)
+
+
+def _target_problem(where: str, target: Any) -> str | None:
+    """None when ``target`` names a verl / verl-mopd config dataclass, else why not."""
+    why = "validation runs no code from a recipe; allowed: verl's and verl-mopd's config dataclasses (BaseConfig)"
+    if not isinstance(target, str) or not _trusted(target):
+        return f"{where}._target_={target!r}: not allowed ({why})"
+    from verl.base_config import BaseConfig
+
+    parts = target.split(".")
+    obj: Any = None
+    for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            obj = None
+        break
+    if obj is None:
+        return f"{where}._target_={target!r}: cannot be resolved"
+    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and issubclass(obj, BaseConfig)):
+        return f"{where}._target_={target!r}: not allowed ({why})"
+    return None
+
+
+def code_target_problems(config: DictConfig) -> list[str]:
+    """Every ``_target_`` of the composed config that is not a verl / verl-mopd config dataclass."""
+    try:
+        tree = OmegaConf.to_container(config, resolve=True)
+    except Exception as exc:  # noqa: BLE001 - an interpolation that does not resolve
+        where = getattr(exc, "full_key", None)
+        return [f"{where or 'the config'} does not resolve: {str(exc).splitlines()[0]}"]
+    problems: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if "_target_" in node:
+                problem = _target_problem(where or "<root>", node["_target_"])
+                if problem:
+                    problems.append(problem)
+            for key, value in node.items():
+                walk(value, f"{where}.{key}" if where else str(key))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    walk(tree, "")
+    return problems
+
+
+def searchpath_problems(path: str, overrides: list[str] | None = None) -> list[str]:
+    """``hydra.searchpath`` entries (recipe file or overrides) that would import a package other than
+    verl's or verl-mopd's while composing. Read without composing."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    entries: list[tuple[str, Any]] = []
+    try:
+        primary = OmegaConf.load(path)
+        entries.append((path, OmegaConf.select(primary, "hydra.searchpath", default=None)))
+    except Exception as exc:  # noqa: BLE001 - compose reports unreadable YAML itself
+        return [f"{path}: not readable YAML ({str(exc).splitlines()[0]})"]
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides or []))
+    except Exception as exc:  # noqa: BLE001 - a malformed override
+        return [f"overrides: {str(exc).splitlines()[0]}"]
+    for o in parsed:
+        if o.key_or_group == "hydra.searchpath":
+            entries.append(("override hydra.searchpath", o.value()))
+    problems = []
+    for where, value in entries:
+        values = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        for entry in values if isinstance(values, list) else ([] if values is None else [values]):
+            entry = str(entry)
+            if entry.startswith("pkg://") and not _trusted(entry[len("pkg://") :].strip("/").replace("/", ".")):
+                problems.append(
+                    f"{where}: hydra.searchpath entry {entry!r} would import that package; validation runs no code "
+                    f"from a recipe (pkg:// is allowed for {list(TRUSTED_PACKAGES)}; use file:// for YAML folders)"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------- cluster shape and numbers
+
+
+def _positive_int(config: DictConfig, key: str, problems: list[str]) -> int | None:
+    value = _section(config, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        problems.append(f"{key}={value!r}: must be a positive integer")
+        return None
+    return value
+
+
+def _check_cluster(config: DictConfig, problems: list[str]) -> bool:
+    """GPU counts and the rollout's parallel layout; False when they are unusable (the checks that
+    divide by them must not run)."""
+    if _section(config, "trainer") is None:
+        return True
+    n_gpus = _positive_int(config, "trainer.n_gpus_per_node", problems)
+    nnodes = _positive_int(config, "trainer.nnodes", problems)
+    if n_gpus is None or nnodes is None:
+        return False
+    rollout = _section(config, "actor_rollout_ref.rollout")
+    if rollout is None:
+        return True
+    sizes = {}
+    for name in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
+        if rollout.get(name) is not None:
+            sizes[name] = _positive_int(config, f"actor_rollout_ref.rollout.{name}", problems)
+    if any(v is None for v in sizes.values()):
+        return False
+    replica = math.prod(sizes.values())
+    separate = int(rollout.get("nnodes") or 0) > 0
+    pool_key = (
+        "actor_rollout_ref.rollout.n_gpus_per_node*nnodes" if separate else "trainer.n_gpus_per_node*trainer.nnodes"
+    )
+    pool = int(rollout.get("n_gpus_per_node") or 0) * int(rollout.get("nnodes")) if separate else n_gpus * nnodes
+    if pool % replica:
+        problems.append(
+            f"actor_rollout_ref.rollout TP*DP*PP={replica} ({sizes}) does not divide {pool_key}={pool}: every "
+            "rollout replica needs that many GPUs and the pool must split into whole replicas"
+        )
+    return True
+
+
+def _finite(config: DictConfig, key: str) -> Any:
+    value = _section(config, key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
+        return value
+    return None
+
+
+def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
+    """Values that pass the dataclasses but make the run NaN or stall on the cluster."""
+    for key in ("mopd.beta", "mopd.tau_kl", "distillation.distillation_loss.distillation_loss_coef"):
+        bad = _finite(config, key)
+        if bad is not None:
+            problems.append(f"{key}={bad}: must be a finite number")
+    if _section(config, "distillation.distillation_loss.loss_mode") == "mopd_k3":
+        above = _section(config, "distillation.distillation_loss.k3_linear_above")
+        if isinstance(above, int | float) and math.isinf(above):
+            warnings.append(
+                "distillation.distillation_loss.k3_linear_above=inf: the plain K3, whose gradient e^d - 1 is "
+                "unbounded where the student is far below the teacher (the default 3.0 keeps it bounded)"
+            )
+    sampler = _section(config, "trainer.v1.sampler")
+    path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
+    if path.endswith("verl_mopd.batching.sampler"):
+        n = _section(config, "actor_rollout_ref.rollout.n")
+        kwargs = (sampler.get("sampler_kwargs") or {}) if sampler is not None else {}
+        min_valid = kwargs.get("min_valid_samples", 2)
+        if isinstance(n, int) and isinstance(min_valid, int) and n < min_valid:
+            problems.append(
+                f"actor_rollout_ref.rollout.n={n} is below the quota sampler's min_valid_samples={min_valid}: "
+                "every group would be dropped and no batch could ever fill (GRPO needs n >= 2)"
+            )
+
+
+def _check_teacher_paths(config: DictConfig, warnings: list[str]) -> None:
+    """A teacher checkpoint path that does not exist here gets the same warning as the student's."""
+    teachers = _section(config, "mopd.teachers")
+    if not teachers:
+        return
+    for platform, block in OmegaConf.to_container(teachers, resolve=True).items():
+        if isinstance(block, dict) and block.get("model_path"):
+            _check_path(f"mopd.teachers.{platform}.model_path", block["model_path"], [], warnings)
+
+
 def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     """All problems (the run would fail or be wrong) and warnings (probably not what you want)."""
     from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
@@ -227,8 +421,10 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     from verl_mopd.plugin import register
 
     register()
-    problems: list[str] = []
+    problems: list[str] = code_target_problems(config)
     warnings: list[str] = []
+    if problems or not _check_cluster(config, problems):  # nothing below may run recipe code or divide by None
+        return problems, warnings
 
     loss_mode = _section(config, "distillation.distillation_loss.loss_mode")
     if loss_mode not in DISTILLATION_LOSS_REGISTRY:
@@ -245,13 +441,15 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     validate_config(config, need_reference_policy(config), need_critic(config))
-            except (AssertionError, ValueError) as exc:
+            except (AssertionError, ValueError, TypeError) as exc:
                 problems.append(f"verl validate_config: {exc}")
 
     gate = _check_mopd(config, problems, warnings)
     if gate is not None:
         _check_teachers(config, problems)
+        _check_teacher_paths(config, warnings)
     _check_sampler(config, problems)
+    _check_run_numbers(config, problems, warnings)
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
@@ -277,8 +475,10 @@ def is_sft_recipe(config: DictConfig) -> bool:
 
 def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
     """Stage-1 (verl SFT trainer) recipes: convert verl's dataclasses, check paths and GPU counts."""
-    problems: list[str] = []
+    problems: list[str] = code_target_problems(config)
     warnings: list[str] = []
+    if problems:
+        return problems, warnings
     sections = ["engine", "optim", "checkpoint"]
     model_path = _section(config, "model.path")
     if model_path and os.path.exists(str(model_path)):
@@ -303,6 +503,14 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
     """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words."""
     import sys
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(2, "no such recipe file", path)
+    refused = searchpath_problems(path, overrides)
+    if refused:
+        for p in refused:
+            print(f"ERROR: {p}", file=sys.stderr)
+        print(f"{path}: {len(refused)} problem(s)", file=sys.stderr)
+        return 1
     try:
         config = compose_recipe(path, overrides)
     except Exception as exc:  # noqa: BLE001 - composition errors are user errors
