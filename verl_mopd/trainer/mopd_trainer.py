@@ -113,7 +113,8 @@ class MOPDTrainerMixin:
             from verl_mopd.teachers import PlatformTeacherGroup
 
             self.teacher_group = PlatformTeacherGroup.build(
-                teachers, use_gpu=self.config.trainer.device != "cpu", colocated_pool=self._actor_pool()
+                teachers, use_gpu=self.config.trainer.device != "cpu", colocated_pool=self._actor_pool(),
+                run_config=self.config,
             )
             # distillation.enabled stays false (no verl teacher servers); the actor still gets verl's
             # distillation_ppo_loss, bound to our loss config
@@ -246,45 +247,24 @@ def teachers_config_from(config: DictConfig):
 
 
 def to_full_sequence(response_logp, prompt_lens, response_lens):
-    """Response-only log-probs -> verl's full-sequence layout of ``teacher_logprobs``.
+    """Response-only log-probs -> verl's full-sequence ``teacher_logprobs`` layout (``(p + r, 1)`` per
+    sample, position ``p`` holding the log-prob of token ``p + 1``); see
+    ``verl_mopd.teachers.layout.to_full_sequence``."""
+    from verl_mopd.teachers.layout import to_full_sequence as _to_full_sequence
 
-    verl's teacher loop stores ``teacher_logprobs`` per sample over the whole sequence, shape
-    ``(prompt_len + response_len, 1)``, where position ``p`` holds the log-prob of token ``p + 1``
-    (read back by verl's ``no_padding_2_padding``). Args: ``response_logp`` (bs, response_len)
-    padded or nested; ``prompt_lens``, ``response_lens`` (bs,). Returns a jagged nested tensor.
-    """
-    import torch
-
-    rows = []
-    for i, (p, r) in enumerate(zip(prompt_lens.tolist(), response_lens.tolist(), strict=True)):
-        resp = response_logp[i]
-        full = resp.new_zeros(p + r, 1)
-        full[p - 1 : p - 1 + r, 0] = resp[:r]
-        rows.append(full)
-    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    return _to_full_sequence(response_logp, prompt_lens, response_lens)
 
 
 def score_teachers(group, batch, tq) -> dict:
-    """Score a step's stored samples with their platforms' teachers and store ``teacher_logprobs``.
+    """Score a step's stored samples with their platforms' teachers; ``teacher_logprobs`` is stored
+    for every sample in the layout verl's distillation loss reads.
 
-    Reads the samples from TransferQueue (the gate ``mopd_kl_mask`` is already there, so gated-off
-    samples go to no teacher), runs ``PlatformTeacherGroup.compute_teacher_logprobs`` (all
-    platforms in flight at once, merged in batch order) and writes the result in the layout verl's
-    distillation loss reads, as verl's own teacher loop does.
+    The gate ``mopd_kl_mask`` is already stored, so gated-off samples go to no teacher. The driver
+    hands each teacher group a ``KVBatchMeta`` of its rows; the workers fetch their shards (images
+    included) from TransferQueue and store their results themselves
+    (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
     """
-    from tensordict import TensorDict
-
-    cfg = group.config
-    fields = ["input_ids", "prompts", "responses", "response_mask", "position_ids", "multi_modal_inputs",
-              cfg.routing_key, cfg.mask_key, "old_log_probs"]
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-    logp, metrics = group.compute_teacher_logprobs(data)
-    prompt_lens = data["prompts"].offsets().diff()
-    response_lens = data["responses"].offsets().diff()
-    full = to_full_sequence(logp, prompt_lens, response_lens)
-    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                    fields=TensorDict({cfg.output_key: full}, batch_size=len(batch.keys)))
-    return metrics
+    return group.score_transfer_queue(batch, tq)
 
 
 def distillation_loss_fn(config: DictConfig):
