@@ -38,6 +38,8 @@ from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
 
 logger = logging.getLogger(__name__)
 
+HELD_PROMPTS_FILE = "mopd_held_prompts.pt"
+
 #: our trainer_mode -> the verl trainer_mode whose semantics it keeps
 MOPD_TRAINER_MODES = {
     "mopd_sync": "sync",
@@ -130,18 +132,30 @@ class MOPDTrainerMixin:
                 return self.resource_pool_manager.get_resource_pool(role)
         raise RuntimeError(f"no actor role in {list(self.role_worker_mapping)}")
 
-    # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state is ours -----
+    # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state and the held-back
+    #    prompts (already drawn from verl's dataloader, so not in its data.pt) are ours ------------
     def _save_checkpoint(self):
+        import torch
+
         super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if hasattr(self.replay_buffer, "save_checkpoint"):
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             self.replay_buffer.save_checkpoint(folder)
+        os.makedirs(folder, exist_ok=True)
+        torch.save(self._held_prompts, os.path.join(folder, HELD_PROMPTS_FILE))
 
     def _load_checkpoint(self):
+        import torch
+
         super()._load_checkpoint()
         folder = self._resumed_step_folder()
-        if folder is not None and hasattr(self.replay_buffer, "load_checkpoint"):
+        if folder is None:
+            return
+        if hasattr(self.replay_buffer, "load_checkpoint"):
             self.replay_buffer.load_checkpoint(folder)
+        held = os.path.join(folder, HELD_PROMPTS_FILE)
+        if os.path.exists(held):
+            self._held_prompts = torch.load(held, weights_only=False)
 
     def _resumed_step_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from (same rules), or None."""
@@ -154,20 +168,23 @@ class MOPDTrainerMixin:
             return os.path.abspath(trainer.resume_from_path)
         return find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
 
-    # -- domain-aware refill (MintAct backpressure on the producer side) ----------------------
-    def _add_prompts_to_generate(self, num_prompts: int) -> int:
-        """Submit ``num_prompts`` prompts, holding back those of domains the quota sampler paused.
+    # -- domain-aware prompt draw (MintAct backpressure on the producer side) -----------------
+    def _next_train_batch(self, num_prompts: int | None = None):
+        """``num_prompts`` prompts for the rollout, holding back those of domains the quota sampler paused.
 
-        Held prompts are submitted first once their domain resumes. Draws at most
-        ``4 * num_prompts`` extra prompts; if every drawn prompt belongs to a paused domain, the held
-        ones are submitted anyway (the sampler's bounded-wait fallback then decides).
+        verl draws every prompt it submits here: the per-step batch (``_add_batch_to_generate``)
+        and every refill (``_add_prompts_to_generate``). Held prompts go first once their domain
+        resumes; at most ``4 * num_prompts`` extra prompts are drawn; if every drawn prompt belongs to
+        a paused domain, held ones are released anyway (the sampler's bounded-wait fallback then
+        decides). The batch carries the current ``global_steps``, as verl's own draw does.
         """
         paused = getattr(self.replay_buffer, "paused_domains", None)
         paused = frozenset(paused()) if paused else frozenset()
         if not paused and not self._held_prompts:
-            return super()._add_prompts_to_generate(num_prompts)
+            return super()._next_train_batch(num_prompts)
         from verl.utils import tensordict_utils as tu
 
+        num_prompts = num_prompts or self.config.data.train_batch_size
         key = self.replay_buffer.batching.domain_key
         chosen, still_held = [], []
         for row in self._held_prompts:
@@ -175,7 +192,7 @@ class MOPDTrainerMixin:
         gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         budget = 4 * num_prompts
         while len(chosen) < num_prompts and budget > 0:
-            batch = self._next_train_batch(gen_batch_size)
+            batch = super()._next_train_batch(gen_batch_size)
             budget -= len(batch)
             for i in range(len(batch)):
                 row = tu.index_select_tensor_dict(batch, [i])
@@ -183,8 +200,9 @@ class MOPDTrainerMixin:
         while len(chosen) < num_prompts and still_held:  # nothing else to draw: release held prompts
             chosen.append(still_held.pop(0))
         self._held_prompts = still_held + chosen[num_prompts:]
-        chosen = chosen[:num_prompts]
-        return self._submit_batch_to_rollout(tu.concat_tensordict(chosen))
+        batch = tu.concat_tensordict(chosen[:num_prompts])
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)  # concat keeps the first row's
+        return batch
 
     # -- per step ---------------------------------------------------------------------------
     def _think_end_id(self) -> int | None:
