@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from verl_mopd.teachers.config import TeachersConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
-from verl_mopd.trainer.mopd_trainer import score_teachers
+from verl_mopd.trainer.mopd_trainer import dump_scored_samples, score_teachers
 
 
 def _nbytes(obj) -> int:
@@ -87,7 +87,7 @@ def _store_step(tq, models, platforms, gate, seed=0):
     return batch, samples, old
 
 
-def test_score_teachers_end_to_end_through_transfer_queue(ray_tq, teachers, monkeypatch):
+def test_score_teachers_end_to_end_through_transfer_queue(ray_tq, teachers, monkeypatch, tmp_path):
     from verl.workers.utils.padding import no_padding_2_padding
 
     group, models = teachers
@@ -138,6 +138,15 @@ def test_score_teachers_end_to_end_through_transfer_queue(ray_tq, teachers, monk
     # the synthetic rows added for the 2-rank desktop group were removed again
     listed = ray_tq.kv_list(partition_id="train")["train"]
     assert not [k for k in listed if k.startswith("mopd_teacher_pad_")]
+
+    # the smoke run's diagnostic dump holds the scored rows with the stored values, response only
+    rows = torch.load(dump_scored_samples(group, batch, ray_tq, str(tmp_path)), weights_only=False)
+    assert sorted(r["platform"] for r in rows) == ["desktop"] * 3 + ["mobile"] * 2
+    for row in rows:
+        i = next(j for j, s in enumerate(samples) if torch.equal(s["input_ids"], row["input_ids"]))
+        torch.testing.assert_close(row["teacher"].double(), direct_vl_logprobs(models[row["platform"]], samples[i]),
+                                   atol=1e-5, rtol=0)
+    ray_tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
 def test_in_memory_tensordict_from_transfer_queue_matches_direct_forward(ray_tq, teachers):

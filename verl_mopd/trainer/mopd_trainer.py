@@ -39,6 +39,7 @@ from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
 logger = logging.getLogger(__name__)
 
 HELD_PROMPTS_FILE = "mopd_held_prompts.pt"
+TEACHER_DUMP_ENV = "VERL_MOPD_TEACHER_DUMP"
 
 #: our trainer_mode -> the verl trainer_mode whose semantics it keeps
 MOPD_TRAINER_MODES = {
@@ -282,7 +283,38 @@ def score_teachers(group, batch, tq) -> dict:
     included) from TransferQueue and store their results themselves
     (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
     """
-    return group.score_transfer_queue(batch, tq)
+    metrics = group.score_transfer_queue(batch, tq)
+    if os.environ.get(TEACHER_DUMP_ENV):
+        dump_scored_samples(group, batch, tq, os.environ[TEACHER_DUMP_ENV])
+    return metrics
+
+
+def dump_scored_samples(group, batch, tq, folder: str, per_platform: int = 4) -> str:
+    """Diagnostic (``scripts/gpu_smoke.sh`` sets ``VERL_MOPD_TEACHER_DUMP``): save up to
+    ``per_platform`` scored samples per platform as ``{platform, input_ids, teacher}`` with the stored
+    ``teacher_logprobs`` cut to the response as verl's loss reads them. Returns the file written."""
+    import time
+
+    import torch
+
+    cfg = group.config
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=[cfg.routing_key, cfg.mask_key, "input_ids", "responses", cfg.output_key])
+    gate = data[cfg.mask_key] if cfg.mask_key in data.keys() else torch.ones(len(batch.keys))
+    rows, count = [], {}
+    for i, (platform, seq, resp, full) in enumerate(zip(list(data[cfg.routing_key]), data["input_ids"].unbind(0),
+                                                        data["responses"].unbind(0),
+                                                        data[cfg.output_key].unbind(0), strict=True)):
+        platform = str(platform)
+        if float(gate[i]) <= 0 or (batch.tags and batch.tags[i].get("is_padding")) or count.get(platform, 0) >= per_platform:
+            continue
+        count[platform] = count.get(platform, 0) + 1
+        p, r = len(seq) - len(resp), len(resp)
+        rows.append({"platform": platform, "input_ids": seq, "teacher": full[p - 1 : p - 1 + r, 0].clone()})
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"teacher_{time.time_ns()}.pt")
+    torch.save(rows, path)
+    return path
 
 
 def distillation_loss_fn(config: DictConfig):
