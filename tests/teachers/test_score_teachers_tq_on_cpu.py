@@ -164,3 +164,22 @@ def test_in_memory_tensordict_from_transfer_queue_matches_direct_forward(ray_tq,
     assert metrics["mopd_teacher/desktop/tokens"] == sum(len(s["responses"]) for s in samples if s["platform"] ==
                                                          "desktop")
     ray_tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_gated_rows_without_length_tags_read_the_stored_prompts(ray_tq, teachers):
+    """No teacher call at all (every sample gated off), sample tags without ``prompt_len``: the
+    gated rows' ``teacher_logprobs`` are the student's ``old_log_probs`` at the response positions."""
+    from transfer_queue import KVBatchMeta
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    group, models = teachers
+    batch, samples, old = _store_step(ray_tq, models, ["mobile", "desktop", "mobile"], [0.0, 0.0, 0.0], seed=5)
+    bare = KVBatchMeta(keys=batch.keys, tags=[{"status": "success"} for _ in batch.keys], partition_id="train")
+    metrics = score_teachers(group, bare, ray_tq)
+    assert metrics["mopd_teacher/skipped_fraction"] == 1.0 and metrics["mopd_teacher/mobile/tokens"] == 0
+    stored = ray_tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                                 select_fields=["teacher_logprobs", "prompts", "responses"])
+    teacher = no_padding_2_padding(stored["teacher_logprobs"], stored).squeeze(-1)
+    for i, lp in enumerate(old):
+        assert torch.equal(teacher[i, : len(lp)], lp)
+    ray_tq.kv_clear(keys=batch.keys, partition_id="train")

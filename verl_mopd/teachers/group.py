@@ -156,12 +156,13 @@ def _pad_kv_meta(meta, multiple: int, tq):
     return padded, keys
 
 
-def _stored_fields(meta) -> set[str]:
-    """Field names stored for the first sample of ``meta`` (TransferQueue metadata only, no data)."""
+def _stored_fields(meta, row: int) -> set[str]:
+    """Field names stored for sample ``row`` of ``meta`` (TransferQueue metadata only, no data)."""
     from transfer_queue import KVBatchMeta
     from verl.utils.transferqueue_utils import kv_batch_meta2batch_meta
 
-    probe = KVBatchMeta(keys=meta.keys[:1], tags=meta.tags[:1], partition_id=meta.partition_id)
+    probe = KVBatchMeta(keys=[meta.keys[row]], tags=[meta.tags[row] if meta.tags else {}],
+                        partition_id=meta.partition_id)
     return set(kv_batch_meta2batch_meta(probe).field_names)
 
 
@@ -227,15 +228,11 @@ class PlatformTeacherGroup:
             # ranks that hold no output (Megatron non-source ranks) answer None
             return [o for o in ray.get(list(future.futures)) if o is not None]
 
-        pending, results = {}, {}
-        for platform, payload in payloads.items():
-            future = self.worker_groups[platform].compute_teacher_log_prob(payload)
-            if self.config.teachers[platform].placement == "colocated":
-                results[platform] = collect(future)
-            else:
-                pending[platform] = future
-        for platform, future in pending.items():
-            results[platform] = collect(future)
+        colocated = [p for p in payloads if self.config.teachers[p].placement == "colocated"]
+        pending = {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p])
+                   for p in payloads if p not in colocated}
+        results = {p: collect(self.worker_groups[p].compute_teacher_log_prob(payloads[p])) for p in colocated}
+        results.update({p: collect(future) for p, future in pending.items()})
         return results
 
     @staticmethod
@@ -358,13 +355,15 @@ class PlatformTeacherGroup:
                                 select_fields=[cfg.routing_key, cfg.mask_key, "response_mask"])
         keys = routing_keys(small, cfg.routing_key)
         n = len(keys)
+        tags = list(batch.tags) if batch.tags else [{} for _ in range(n)]
         send, index = self._route(keys, get_field(small, cfg.mask_key))
-        stored = _stored_fields(batch) if index else set()
+        first = next((int(rows[0]) for rows in index.values() if len(rows)), None)
+        stored = _stored_fields(batch, first) if first is not None else set()
         fields = [f for f in TEACHER_FIELDS if f in stored]
         payloads, pad_keys = {}, []
         try:
             for platform, rows in index.items():
-                meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[batch.tags[i] for i in rows],
+                meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[tags[i] for i in rows],
                                    partition_id=batch.partition_id, fields=fields, extra_info=dict(CALL_INFO))
                 meta, added = _pad_kv_meta(meta, data_parallel_size(self.worker_groups[platform]), tq)
                 pad_keys += added
@@ -376,21 +375,23 @@ class PlatformTeacherGroup:
 
         gated = np.flatnonzero(~send)
         if gated.size:
-            self._store_gated_rows(batch, gated, tq)
-        real = np.array([not (t or {}).get("is_padding", False) for t in batch.tags], dtype=bool) \
-            if batch.tags else np.ones(n, dtype=bool)
+            self._store_gated_rows(batch, tags, gated, tq)
+        real = np.array([not (t or {}).get("is_padding", False) for t in tags], dtype=bool)
         tokens = np.array([float(m.sum()) for m in as_jagged(small["response_mask"]).unbind(0)])
         metrics = self._metrics(keys, send, real, tokens, index, {p: self._call_stats(o) for p, o in outputs.items()},
                                 "old_log_probs" in fields)
         metrics["mopd_teacher/wall_s"] = time.perf_counter() - wall_start
         return metrics
 
-    def _store_gated_rows(self, batch, rows: np.ndarray, tq) -> None:
+    def _store_gated_rows(self, batch, tags: list, rows: np.ndarray, tq) -> None:
+        """``teacher_logprobs`` of gated rows: their ``old_log_probs`` in the whole-sequence layout
+        (prompt lengths from verl's sample tags, or the stored ``prompts`` when a tag lacks them)."""
         from tensordict import TensorDict
 
         keys = [batch.keys[i] for i in rows]
-        old = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "prompts"]
-                              if any("prompt_len" not in (batch.tags[i] or {}) for i in rows) else ["old_log_probs"])
+        need_prompts = any("prompt_len" not in (tags[i] or {}) for i in rows)
+        old = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                              select_fields=["old_log_probs", "prompts"] if need_prompts else ["old_log_probs"])
         if "old_log_probs" not in old.keys():
             raise KeyError("gated samples need the student's stored `old_log_probs` for their teacher_logprobs "
                            "(verl's _compute_old_log_prob runs before _compute_advantage)")
@@ -399,7 +400,7 @@ class PlatformTeacherGroup:
         if "prompts" in old.keys():
             prompt_lens = as_jagged(old["prompts"]).offsets().diff()
         else:
-            prompt_lens = torch.tensor([int(batch.tags[i]["prompt_len"]) for i in rows])
+            prompt_lens = torch.tensor([int(tags[i]["prompt_len"]) for i in rows])
         full = to_full_sequence(resp, prompt_lens, response_lens)
         tq.kv_batch_put(keys=keys, partition_id=batch.partition_id,
                         fields=TensorDict({self.config.output_key: full}, batch_size=[len(keys)]))
