@@ -76,15 +76,16 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
             f"mopd.teachers.{cfg.platform}.backend=server has no worker group: it is served by verl's teacher "
             "loop (see verl_mopd.teachers.backends.server.to_distillation_config)"
         )
+    # placement-group and actor names are cluster-wide: unique per build
+    name = f"mopd_teacher_{cfg.platform}_{uuid.uuid4().hex[:8]}"
     if resource_pool is None:
         resource_pool = RayResourcePool(
             process_on_nodes=[cfg.n_gpus_per_node] * cfg.nnodes,
             use_gpu=use_gpu,
             max_colocate_count=1 if not use_gpu else 10,
-            name_prefix=f"mopd_teacher_{cfg.platform}",
+            name_prefix=name,
         )
-    wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu,
-                        name_prefix=f"mopd_teacher_{cfg.platform}")
+    wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu, name_prefix=name)
     wg.init_model()
     return wg
 
