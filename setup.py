@@ -40,6 +40,9 @@ setup(
             "torch==2.13.0",
             "pytest>=8",
             "hypothesis>=6.100",
+            # CPU wheels: verl's MegatronEngine is built in a test up to its CUDA-only module build
+            "megatron-core>=0.16,<0.17",
+            "mbridge[megatron]>=0.15,<0.16",
         ],
         # verl 0.9.1's Megatron engine (the actor and `backend: megatron` teachers) on a CUDA machine.
         # verl's own `megatron` extra pins megatron-bridge==0.5.2, which PyPI does not have; the engine

@@ -76,7 +76,7 @@ def test_worker_config_is_verls_ref_config_with_the_teacher_on_top(tiny):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("megatron") is None or importlib.util.find_spec("mbridge") is None,
-                    reason="needs megatron-core and mbridge (pip install megatron-core mbridge einops)")
+                    reason="needs megatron-core and mbridge (the test extra: pip install -e '.[test]')")
 def test_verls_megatron_engine_initializes_up_to_the_cuda_module_build(tiny, tmp_path):
     """verl's real MegatronEngine, one-process gloo group: ``initialize()`` runs ``_build_tf_config``
     (mbridge), the optimizer-config check at transformer_impl.py l.475 and the DDP config, and
