@@ -56,3 +56,6 @@ def test_stage2_recipe_carries_the_release_memory_and_checkpoint_settings():
     assert list(actor.checkpoint.save_contents) == ["model", "optimizer", "extra"]
     assert list(actor.checkpoint.load_contents) == ["model", "optimizer", "extra"]
     assert cfg.trainer.max_actor_ckpt_to_keep == 2
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # verl's RolloutConfig
+    assert (rollout.max_num_seqs, rollout.multi_stage_wake_up, rollout.agent.num_workers) == (1024, True, 64)
+    assert cfg.data.val_batch_size == 128
