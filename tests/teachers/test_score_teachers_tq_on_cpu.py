@@ -12,7 +12,7 @@ import pytest
 import ray
 import torch
 from _teacher_tiny import direct_vl_logprobs, save_tiny_vl, vl_sample
-from tensordict import NonTensorStack, TensorDict
+from tensordict import TensorDict
 from transformers import AutoModelForImageTextToText
 
 from verl_mopd.teachers.config import TeachersConfig

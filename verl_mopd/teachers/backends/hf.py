@@ -257,4 +257,3 @@ class HFTeacherWorker(Worker):
             seq[t - 1 - row.n_response : t - 1] = lp
             full.append(seq)
         return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, started, self.output_key)
-
