@@ -69,6 +69,13 @@ def test_worker_config_is_verls_ref_config_with_the_teacher_on_top(tiny):
     assert isinstance(twc.optimizer_config, OptimizerConfig)
     assert twc.model_config.path == tiny and not twc.model_config.mtp.enable
     assert not training_worker_config(teacher(tiny, placement="dedicated"), cfg).engine_config.param_offload
+    # the Ray actor gets plain blocks and converts them itself, as verl's worker converts its ref block
+    from verl_mopd.teachers.backends.megatron import megatron_teacher_class, worker_config_from_blocks
+
+    init = megatron_teacher_class(teacher(tiny), cfg)
+    assert all(isinstance(init.kwargs[k], dict) for k in ("teacher", "ref", "model"))
+    again = worker_config_from_blocks(TeacherConfig(**init.kwargs["teacher"]), init.kwargs["ref"], init.kwargs["model"])
+    assert again.engine_config == eng and again.model_config.path == tiny
     with pytest.raises(TeacherConfigError, match="dtype='float32'"):
         training_worker_config(teacher(tiny, dtype="float32"), cfg)
     with pytest.raises(ValueError, match="model_engine=megatron"):

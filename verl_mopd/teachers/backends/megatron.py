@@ -28,8 +28,8 @@ from verl.workers.engine_workers import TrainingWorker
 from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError
 from verl_mopd.teachers.layout import CALL_INFO, TEACHER_MESH, teacher_output
 
-__all__ = ["training_worker_config", "MegatronTeacherWorker", "megatron_teacher_class", "megatron_stack_report",
-           "check_megatron_stack"]
+__all__ = ["teacher_blocks", "worker_config_from_blocks", "training_worker_config", "MegatronTeacherWorker",
+           "megatron_teacher_class", "megatron_stack_report", "check_megatron_stack"]
 
 
 def _check_teacher(cfg: TeacherConfig) -> None:
@@ -41,68 +41,64 @@ def _check_teacher(cfg: TeacherConfig) -> None:
         )
 
 
-def _run_block(run_config, path: str):
+def _run_block(run_config, path: str) -> dict:
     from omegaconf import OmegaConf
 
     node = OmegaConf.select(run_config, path, default=None)
     if node is None:
         raise ValueError(f"megatron teachers are built like verl's reference model from the run config; it has no {path}")
-    # a detached copy: the interpolations into actor_rollout_ref.actor are resolved against the run
-    return OmegaConf.create(OmegaConf.to_container(node, resolve=True))
+    # interpolations (the ref block reads actor_rollout_ref.actor) resolved against the whole run
+    return OmegaConf.to_container(node, resolve=True)
 
 
-def training_worker_config(cfg: TeacherConfig, run_config):
-    """verl ``TrainingWorkerConfig`` of a forward-only teacher, built the way verl builds its ref.
+def teacher_blocks(cfg: TeacherConfig, run_config) -> tuple[dict, dict]:
+    """The run's ``actor_rollout_ref.ref`` and ``.model`` blocks with this teacher on top (plain dicts).
 
-    Args:
-        cfg: the teacher (``backend: megatron``).
-        run_config: the composed run config (``actor_rollout_ref.ref`` / ``.model`` / ``.actor``,
-            model engine ``megatron``). Reads the teacher checkpoint's HF config, not its weights.
+    Driver side, no file access: the workers convert them (:func:`worker_config_from_blocks`), as
+    verl's ``ActorRolloutRefWorker.init_model`` converts its ref block inside the worker.
     """
-    from copy import deepcopy
-
-    from omegaconf import open_dict
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.config import MtpConfig, TrainingWorkerConfig
-
     _check_teacher(cfg)
     ref = _run_block(run_config, "actor_rollout_ref.ref")
     if ref.get("strategy") != "megatron":
         raise ValueError(f"backend=megatron teachers need verl's Megatron model engine (model_engine=megatron); "
                          f"actor_rollout_ref.ref.strategy={ref.get('strategy')!r}")
-    with open_dict(ref):
-        # the renames verl's init_model applies to its ref block before conversion
-        ref.ppo_mini_batch_size = run_config.actor_rollout_ref.actor.ppo_mini_batch_size
-        ref.ppo_micro_batch_size = ref.pop("log_prob_micro_batch_size", None)
-        ref.ppo_micro_batch_size_per_gpu = ref.pop("log_prob_micro_batch_size_per_gpu", None)
-        ref.pop("log_prob_use_dynamic_bsz", None)
-        ref.pop("log_prob_max_token_len_per_gpu", None)
-        ref.use_dynamic_bsz = True  # token-budget micro-batches
-        ref.ppo_max_token_len_per_gpu = cfg.micro_batch_tokens
-        ref.megatron.tensor_model_parallel_size = cfg.tensor_model_parallel_size
-        ref.megatron.pipeline_model_parallel_size = cfg.pipeline_model_parallel_size
-        ref.megatron.virtual_pipeline_model_parallel_size = None
-        ref.megatron.context_parallel_size = 1
-        ref.megatron.expert_model_parallel_size = 1
-        ref.megatron.expert_tensor_parallel_size = None
-        ref.megatron.dynamic_context_parallel = False
-        ref.megatron.dtype = cfg.dtype
-        ref.megatron.forward_only = True
-        ref.megatron.param_offload = cfg.placement == "colocated"
-        ref.megatron.optimizer_offload = False
-    ref_config = omega_conf_to_dataclass(ref)
-
+    # the renames verl's init_model applies to its ref block before conversion
+    ref["ppo_mini_batch_size"] = _run_block(run_config, "actor_rollout_ref.actor")["ppo_mini_batch_size"]
+    ref["ppo_micro_batch_size"] = ref.pop("log_prob_micro_batch_size", None)
+    ref["ppo_micro_batch_size_per_gpu"] = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+    ref.pop("log_prob_use_dynamic_bsz", None)
+    ref.pop("log_prob_max_token_len_per_gpu", None)
+    ref["use_dynamic_bsz"] = True  # token-budget micro-batches
+    ref["ppo_max_token_len_per_gpu"] = cfg.micro_batch_tokens
+    ref["megatron"].update(
+        tensor_model_parallel_size=cfg.tensor_model_parallel_size,
+        pipeline_model_parallel_size=cfg.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=None,
+        context_parallel_size=1,
+        expert_model_parallel_size=1,
+        expert_tensor_parallel_size=None,
+        dynamic_context_parallel=False,
+        dtype=cfg.dtype,
+        forward_only=True,
+        param_offload=cfg.placement == "colocated",
+        optimizer_offload=False,
+    )
     model = _run_block(run_config, "actor_rollout_ref.model")
-    with open_dict(model):
-        model.path = cfg.model_path
-        model.tokenizer_path = None  # the teacher's own (checked equal to the student's before loading)
-        model.trust_remote_code = cfg.trust_remote_code
-        model.lora_rank = 0
-        model.lora = {}
-    model_config = omega_conf_to_dataclass(model)
-    model_config = deepcopy(model_config)
-    model_config.mtp = MtpConfig(enable=False)
+    # the teacher's own tokenizer (checked equal to the student's before anything loads), no adapter
+    model.update(path=cfg.model_path, tokenizer_path=None, trust_remote_code=cfg.trust_remote_code, lora_rank=0,
+                 lora={})
+    return ref, model
 
+
+def worker_config_from_blocks(cfg: TeacherConfig, ref: dict, model: dict):
+    """verl ``TrainingWorkerConfig`` from :func:`teacher_blocks` (reads the checkpoint's HF config)."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import MtpConfig, TrainingWorkerConfig
+
+    ref_config = omega_conf_to_dataclass(OmegaConf.create(ref))
+    model_config = omega_conf_to_dataclass(OmegaConf.create(model))
+    model_config.mtp = MtpConfig(enable=False)  # as verl's ref
     twc = TrainingWorkerConfig(
         model_type="language_model",
         model_config=model_config,
@@ -117,6 +113,17 @@ def training_worker_config(cfg: TeacherConfig, run_config):
     return twc
 
 
+def training_worker_config(cfg: TeacherConfig, run_config):
+    """verl ``TrainingWorkerConfig`` of a forward-only teacher, built the way verl builds its ref.
+
+    Args:
+        cfg: the teacher (``backend: megatron``).
+        run_config: the composed run config (``actor_rollout_ref.ref`` / ``.model`` / ``.actor``,
+            model engine ``megatron``). Reads the teacher checkpoint's HF config, not its weights.
+    """
+    return worker_config_from_blocks(cfg, *teacher_blocks(cfg, run_config))
+
+
 class MegatronTeacherWorker(TrainingWorker):
     """verl's ``TrainingWorker`` (forward only) answering the teacher call.
 
@@ -124,8 +131,9 @@ class MegatronTeacherWorker(TrainingWorker):
     ranks (TP 0, last PP stage) collect, as for verl's own ``train`` mesh.
     """
 
-    def __init__(self, config, output_key: str = "teacher_logprobs"):
-        super().__init__(config)
+    def __init__(self, teacher: dict, ref: dict, model: dict, output_key: str = "teacher_logprobs"):
+        cfg = TeacherConfig(**teacher)
+        super().__init__(worker_config_from_blocks(cfg, ref, model))
         self.output_key = output_key
         self._register_dispatch_collect_info(
             TEACHER_MESH,
@@ -160,7 +168,11 @@ def megatron_teacher_class(cfg: TeacherConfig, run_config, output_key: str = "te
     import ray
     from verl.single_controller.ray import RayClassWithInitArgs
 
-    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), config=training_worker_config(cfg, run_config),
+    from dataclasses import fields
+
+    ref, model = teacher_blocks(cfg, run_config)
+    teacher = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
+    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), teacher=teacher, ref=ref, model=model,
                                 output_key=output_key)
 
 
