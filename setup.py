@@ -46,9 +46,21 @@ setup(
             "pyautogui==0.9.54",
             "openai>=1.40",
             "loguru>=0.7",
+            # CPU wheels: verl's MegatronEngine is built in a test up to its CUDA-only module build
+            "megatron-core>=0.16,<0.17",
+            "mbridge[megatron]>=0.15,<0.16",
         ],
-        # The GPU training stack, through verl's own extras (Megatron-Core + mbridge, SGLang).
-        "megatron": ["verl[mcore]>=0.9.1,<0.10", "megatron-core>=0.16,<0.17"],
+        # verl 0.9.1's Megatron engine (the actor and `backend: megatron` teachers) on a CUDA machine.
+        # verl's own `megatron` extra pins megatron-bridge==0.5.2, which PyPI does not have; the engine
+        # imports `megatron.bridge` (Megatron-Bridge, verl's default and the bridge with Qwen3-VL), whose
+        # wheels need Python 3.12. `mbridge` (verl[mcore]) serves `vanilla_mbridge: true` (no Qwen3-VL).
+        # Transformer Engine builds against the installed CUDA torch. `verl-mopd check` reports the stack.
+        "megatron": [
+            "verl[mcore]>=0.9.1,<0.10",
+            "megatron-core>=0.16,<0.17",
+            "megatron-bridge>=0.5,<0.7; python_version >= '3.12'",
+            "transformer-engine[pytorch]>=2.9,<2.12",
+        ],
         "sglang": ["verl[sglang]>=0.9.1,<0.10"],
     },
     entry_points={

@@ -67,6 +67,9 @@ def _check(args: argparse.Namespace) -> int:
             plugin.require_registered()
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
+    from verl_mopd.teachers.backends.megatron import check_megatron_stack
+
+    check_megatron_stack()  # informational: needed only by Megatron runs (GPU nodes)
     return 0 if ok else 1
 
 

@@ -10,9 +10,7 @@ ROOT = pathlib.Path(__file__).parents[2]
 
 @pytest.mark.gpu
 def test_gpu_smoke_run(tmp_path):
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_smoke.sh"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=1200)
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_smoke.sh"), str(tmp_path / "smoke")],
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    log = (tmp_path / "smoke.log").read_text()
-    assert "mopd/kl_mask_on_fraction" in log
-    assert "mopd_teacher/desktop/samples" in log and "mopd_teacher/mobile/samples" in log
+    assert "SMOKE OK" in out.stdout

@@ -44,3 +44,65 @@ def direct_logprobs(model, input_ids, attention_mask, response_len):
         lp = torch.log_softmax(logits[:-1], -1).gather(-1, seq[1:, None])[:, 0]
         out[i, :r] = lp[len(seq) - 1 - r :]
     return out
+
+
+# ---------------------------------------------------------------------------------- Qwen3-VL
+
+VL_VOCAB = 128
+IMAGE, VISION_START, VISION_END = VL_VOCAB - 3, VL_VOCAB - 4, VL_VOCAB - 5
+PATCH, MERGE, TEMPORAL = 4, 2, 2
+
+
+def save_tiny_vl(path, seed: int) -> str:
+    """A random Qwen3-VL (vision tower + mrope text model) small enough for CPU tests."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = Qwen3VLConfig(
+        text_config=dict(vocab_size=VL_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=1024,
+                         rope_scaling={"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+                         tie_word_embeddings=False),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
+                           patch_size=PATCH, spatial_merge_size=MERGE, temporal_patch_size=TEMPORAL,
+                           num_position_embeddings=64, deepstack_visual_indexes=[0]),
+        image_token_id=IMAGE, video_token_id=VL_VOCAB - 2, vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END, tie_word_embeddings=False)
+    Qwen3VLForConditionalGeneration(cfg).save_pretrained(path)
+    return str(path)
+
+
+def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, response_len: int) -> dict:
+    """One trajectory as verl's v1 agent loop stores it (``agent_loop_tq._agent_loop_postprocess``):
+    ``prompts``, ``responses``, ``input_ids``, ``response_mask`` = ``loss_mask``, ``position_ids``
+    ``(4, L)`` (text row + the model's ``get_rope_index`` mrope rows) and ``multi_modal_inputs``."""
+    mm, image_tokens = {}, []
+    if image_hw is not None:
+        h, w = image_hw
+        grid = torch.tensor([[1, h, w]])
+        mm = {"pixel_values": torch.as_tensor(rng.standard_normal((h * w, 3 * TEMPORAL * PATCH * PATCH)),
+                                              dtype=torch.float32), "image_grid_thw": grid}
+        image_tokens = [VISION_START] + [IMAGE] * (h * w // MERGE**2) + [VISION_END]
+    text = rng.integers(1, VL_VOCAB - 8, size=prompt_len).tolist()
+    prompts = torch.tensor(text[:2] + image_tokens + text[2:])
+    responses = torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=response_len))
+    input_ids = torch.cat([prompts, responses])
+    mrope, _ = model.model.get_rope_index(input_ids[None], mm_token_type_ids=(input_ids == IMAGE).int()[None],
+                                          image_grid_thw=mm.get("image_grid_thw"))
+    position_ids = torch.cat([torch.arange(len(input_ids))[None], mrope[:, 0]], dim=0)
+    mask = torch.ones(response_len, dtype=torch.int64)
+    return {"prompts": prompts, "responses": responses, "input_ids": input_ids, "response_mask": mask,
+            "loss_mask": mask.clone(), "attention_mask": torch.ones_like(input_ids), "position_ids": position_ids,
+            "multi_modal_inputs": mm}
+
+
+@torch.no_grad()
+def direct_vl_logprobs(model, sample: dict) -> torch.Tensor:
+    """Independent reference: the sample alone, transformers computing its own mrope, float64."""
+    ids = sample["input_ids"][None]
+    kwargs = {}
+    if sample["multi_modal_inputs"]:
+        kwargs = dict(sample["multi_modal_inputs"], mm_token_type_ids=(ids == IMAGE).int())
+    logits = model(input_ids=ids, **kwargs).logits[0].double()
+    lp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    return lp[len(ids[0]) - 1 - len(sample["responses"]) :]

@@ -1,7 +1,6 @@
 """mopd.teachers config: field validation, up-front checks, server/megatron translation to verl's dataclasses."""
 
 import pytest
-from _teacher_tiny import save_tiny_lm
 
 from verl_mopd.teachers.backends.server import build_verl_distillation_config, to_hydra_overrides
 from verl_mopd.teachers.config import (
@@ -78,7 +77,8 @@ def test_before_load_collects_temperature_tokenizer_pool_errors():
 
 def test_server_block_builds_verl_distillation_config():
     t = _teachers(backend="server", n_gpus_per_node=8, tensor_model_parallel_size=4, inference={"name": "sglang"})
-    d = build_verl_distillation_config(t)  # verl's own DistillationConfig checks the pool sum
+    rollout = {"name": "vllm", "prompt_length": 1024, "response_length": 256, "temperature": 1.0}
+    d = build_verl_distillation_config(t, rollout=rollout)  # verl's own DistillationConfig checks the pool sum
     assert d.enabled and d.teacher_key == "platform"
     assert set(d.teacher_models) == {"desktop", "mobile"}
     for p in ("desktop", "mobile"):
@@ -97,16 +97,34 @@ def test_server_and_worker_backends_cannot_mix():
                                                   "mobile": {"model_path": "/m", "backend": "hf"}}})
 
 
-def test_megatron_backend_builds_verl_engine_config(tmp_path):
-    from verl_mopd.teachers.backends.megatron import engine_config, training_worker_config
+def test_server_teachers_keep_verls_teacher_inference_defaults():
+    """verl drops its default `teacher_model` entry (and its inference block) when several teachers are
+    given; each of ours starts from that block, so the rollout name, lengths and temperature follow
+    actor_rollout_ref.rollout and the engine defaults (eager, cache freeing, memory share) are kept."""
+    import os
 
-    path = save_tiny_lm(tmp_path / "t", seed=0)
-    cfg = TeacherConfig(model_path=path, backend="megatron", n_gpus_per_node=8, tensor_model_parallel_size=4,
-                        pipeline_model_parallel_size=2, placement="colocated", platform="desktop")
-    eng = engine_config(cfg)
-    assert eng.forward_only and eng.param_offload and eng.strategy == "megatron"
-    assert (eng.tensor_model_parallel_size, eng.pipeline_model_parallel_size) == (4, 2)
-    twc = training_worker_config(cfg)
-    assert twc.model_type == "language_model" and twc.model_config.path == path
-    with pytest.raises(TeacherConfigError, match="dtype='float32'"):
-        engine_config(TeacherConfig(model_path=path, backend="megatron", dtype="float32", platform="desktop"))
+    from hydra import compose, initialize_config_dir
+
+    import verl_mopd
+
+    t = _teachers(backend="server", n_gpus_per_node=8, tensor_model_parallel_size=4)
+    overrides = to_hydra_overrides(t)
+    assert "+distillation.teacher_models.desktop.inference.name=${oc.select:actor_rollout_ref.rollout.name}" \
+        in overrides
+    config_dir = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="mopd", overrides=[
+            "actor_rollout_ref.model.path=/tmp/x", "actor_rollout_ref.rollout.name=sglang",
+            "actor_rollout_ref.rollout.prompt_length=3000", "actor_rollout_ref.rollout.response_length=700",
+            *overrides, "distillation.distillation_loss.loss_mode=k3"])
+    from verl.utils.config import omega_conf_to_dataclass
+
+    d = omega_conf_to_dataclass(cfg.distillation)  # what verl's v1 trainer does
+    for p in ("desktop", "mobile"):
+        inf = d.teacher_models[p].inference
+        # verl turns the rollout's lengths into a prefill of prompt + response (3000 + 700) tokens
+        assert (inf.name, inf.prompt_length, inf.response_length) == ("sglang", 3700, 1)
+        assert inf.enforce_eager and inf.free_cache_engine and inf.skip_tokenizer_init
+        assert inf.gpu_memory_utilization == 0.5 and inf.tensor_model_parallel_size == 4
+    built = build_verl_distillation_config(t, rollout=cfg.actor_rollout_ref.rollout)
+    assert built.teacher_models["mobile"].inference.prompt_length == 3700

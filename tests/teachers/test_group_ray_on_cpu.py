@@ -1,12 +1,11 @@
 """PlatformTeacherGroup through a real local Ray cluster: two tiny random teachers (different
-weights) as desktop/mobile hf workers, verl RayWorkerGroup/RayResourcePool with use_gpu=False."""
+weights) as desktop/mobile hf workers, verl RayWorkerGroup/RayResourcePool with use_gpu=False, fed
+the padded DataProto layout (the demo's) and a jagged TensorDict."""
 
 import numpy as np
 import pytest
-import ray
 import torch
 from _teacher_tiny import direct_logprobs, padded_batch, save_tiny_lm
-from tensordict import TensorDict
 from transformers import AutoModelForCausalLM
 from verl.protocol import DataProto
 
@@ -19,18 +18,16 @@ BIG = dict(hidden=256, layers=4)  # enough work per teacher to time concurrency
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(ray_tq, tmp_path_factory):
     root = tmp_path_factory.mktemp("teachers")
     paths = {"desktop": save_tiny_lm(root / "desktop", seed=11, **BIG),
              "mobile": save_tiny_lm(root / "mobile", seed=22, **BIG)}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     cfg = TeachersConfig.from_mapping({"teachers": {
         p: {"model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "micro_batch_tokens": 4096}
         for p, path in paths.items()}})
     group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1)
     models = {p: AutoModelForCausalLM.from_pretrained(path).eval() for p, path in paths.items()}
-    yield group, models
-    ray.shutdown()
+    return group, models
 
 
 def _dataproto(platforms, seed=0, **extra):
@@ -66,7 +63,9 @@ def test_empty_platform_and_gated_rows(setup):
     ref = direct_logprobs(models["mobile"], t["input_ids"], t["attention_mask"], 5)
     on = gate.bool()
     torch.testing.assert_close(logp[on].double(), ref[on], atol=1e-5, rtol=0)
-    assert torch.equal(logp[~on], old[~on])  # gated rows: student's own log-probs, K3 = 0 there
+    mask = t["response_mask"].bool()
+    assert torch.equal(logp[~on][mask[~on]], old[~on][mask[~on]])  # gated rows: the student's own log-probs
+    assert logp[~mask].eq(0).all()  # 0.0 after every response, as old_log_probs' layout
     assert metrics["mopd_teacher/desktop/samples"] == 0 and metrics["mopd_teacher/desktop/tokens"] == 0
     assert metrics["mopd_teacher/mobile/scored_samples"] == 3
     assert metrics["mopd_teacher/skipped_fraction"] == 0.5
@@ -99,29 +98,28 @@ def test_platforms_run_concurrently(setup):
     assert min(ratios) < 0.8, f"wall / sum of teacher times = {ratios}"
 
 
-class InMemoryTQ:
-    """Stand-in for the TransferQueue client: same ``kv_batch_put`` call, fields kept per key."""
+def test_jagged_tensordict_with_position_ids(setup):
+    """verl's no-padding layout with 1-D position ids (a text-only student), gate as a stored field."""
+    from verl.utils import tensordict_utils as tu
 
-    def __init__(self):
-        self.store = {}
+    group, models = setup
+    platforms = ["mobile", "desktop", "desktop", "mobile", "desktop"]
+    t, _ = padded_batch(platforms, seed=12)
+    am, R = t["attention_mask"], t["responses"].shape[1]
+    n_resp = am[:, -R:].sum(-1).tolist()
 
-    def kv_batch_put(self, keys, partition_id, fields: TensorDict | None = None, tags=None):
-        for i, key in enumerate(keys):
-            row = self.store.setdefault((partition_id, key), {})
-            for name in fields.keys():
-                row[name] = fields[name][i]
-        return keys
+    def jag(rows):
+        return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
-
-def test_write_to_transfer_queue_stores_response_length_rows(setup):
-    group, _ = setup
-    data, t = _dataproto(["desktop", "mobile", "mobile"], seed=10)
-    logp, _ = group.compute_teacher_logprobs(data)
-    tq = InMemoryTQ()
-    uids = ["u0", "u1", "u2"]
-    group.write_to_transfer_queue(tq, uids, "train", logp, response_mask=t["response_mask"])
-    for i, uid in enumerate(uids):
-        stored = tq.store[("train", uid)]["teacher_logprobs"]
-        n_resp = int(t["response_mask"][i].sum())
-        assert stored.shape == (n_resp,)
-        assert torch.equal(stored, logp[i, :n_resp])
+    seqs = [t["input_ids"][i][am[i].bool()] for i in range(5)]
+    data = tu.get_tensordict({
+        "input_ids": jag(seqs), "position_ids": jag([torch.arange(len(s)) for s in seqs]),
+        "responses": jag([s[len(s) - r:] for s, r in zip(seqs, n_resp, strict=True)]),
+        "response_mask": jag([torch.ones(r, dtype=torch.long) for r in n_resp]),
+        "mopd_kl_mask": torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0]), "platform": platforms})
+    logp, metrics = group.compute_teacher_logprobs(data)
+    ref = {p: direct_logprobs(m, t["input_ids"], am, R) for p, m in models.items()}
+    for i, (row, p) in enumerate(zip(logp.unbind(0), platforms, strict=True)):
+        want = ref[p][i, : n_resp[i]] if i != 2 else torch.zeros(n_resp[i], dtype=torch.float64)
+        torch.testing.assert_close(row.double(), want, atol=1e-5, rtol=0)
+    assert metrics["mopd_teacher/desktop/scored_samples"] == 2

@@ -49,3 +49,67 @@ def test_micro_batch_plan_respects_budget_and_covers_rows():
     assert sorted(i for mb in plan for i in mb) == list(range(len(lengths)))
     for mb in plan:
         assert len(mb) == 1 or len(mb) * max(lengths[i] for i in mb) <= 16
+
+
+def test_model_class_follows_verl_vlms_load_as_image_text_to_text(tmp_path):
+    from transformers import Qwen2Config, Qwen2Model, Qwen3VLForConditionalGeneration
+
+    from _teacher_tiny import save_tiny_vl
+    from verl_mopd.teachers.backends.hf import load_teacher_model
+
+    assert isinstance(load_teacher_model(save_tiny_vl(tmp_path / "vl", seed=0)), Qwen3VLForConditionalGeneration)
+    assert type(load_teacher_model(save_tiny_lm(tmp_path / "lm", seed=0))).__name__ == "Qwen2ForCausalLM"
+    Qwen2Model(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1)).save_pretrained(tmp_path / "base")
+    with pytest.raises(ValueError, match=r"\['Qwen2Model'\].*no language-model head"):
+        load_teacher_model(str(tmp_path / "base"))
+
+
+@pytest.fixture
+def worker_env(monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.parametrize("placement", ["colocated", "dedicated"])
+def test_colocated_gpu_teacher_is_parked_on_the_cpu_between_calls(tmp_path, monkeypatch, worker_env, placement):
+    """A colocated ``hf`` teacher on CUDA loads to the CPU and visits the GPU only inside a call."""
+    from verl_mopd.teachers.backends import hf
+    from verl_mopd.teachers.config import TeacherConfig
+
+    moves = []
+    real_load = hf.load_teacher_model
+
+    def load(*args):
+        model = real_load(*args)
+        monkeypatch.setattr(model, "to", lambda device: moves.append(str(device)) or model)
+        return model
+
+    monkeypatch.setattr(hf, "load_teacher_model", load)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    worker = hf.HFTeacherWorker(TeacherConfig(model_path=save_tiny_lm(tmp_path / "t", seed=0), backend="hf",
+                                              device="cuda", placement=placement, platform="desktop"))
+    worker.init_model()
+    assert worker.offload == (placement == "colocated")
+    assert moves == (["cpu"] if placement == "colocated" else ["cuda"])
+    moves.clear()
+    with pytest.raises(RuntimeError, match="boom"), worker._on_device():
+        moves.append("forward")
+        raise RuntimeError("boom")
+    assert moves == (["cuda", "forward", "cpu"] if placement == "colocated" else ["forward"])
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_temperature_divides_the_logits_as_verls_engines_do(model, temperature):
+    tensors, _ = padded_batch(["d"] * 4, seed=6)
+    rows, width = rows_from_batch(DataProto.from_dict(tensors=tensors))
+    got = pack_like_old_log_probs(score_rows(model, rows, 64, temperature=temperature), width)
+    want = torch.zeros_like(got, dtype=torch.float64)
+    am, R = tensors["attention_mask"], width
+    for i in range(4):
+        seq = tensors["input_ids"][i][am[i].bool()]
+        r = int(am[i, -R:].sum())
+        with torch.no_grad():
+            logits = model(input_ids=seq[None]).logits[0].double() / temperature
+        want[i, :r] = torch.log_softmax(logits[:-1], -1).gather(-1, seq[1:, None])[-r:, 0]
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)

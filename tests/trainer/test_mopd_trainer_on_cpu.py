@@ -152,16 +152,23 @@ def _prompt(i, platform):
     })
 
 
-def test_domain_aware_refill_holds_back_paused_domains(monkeypatch):
-    from verl_mopd.batching.sampler import QuotaReplayBuffer
-
+def _quota_trainer(monkeypatch, submitted):
     trainer = mopd_trainer.MOPDTrainerSync(compose_mopd(QUOTA))
-    assert isinstance(trainer.replay_buffer, QuotaReplayBuffer)
     stream = iter([_prompt(i, p) for i, p in enumerate(["desktop", "mobile", "desktop", "mobile", "mobile"] * 4)])
     monkeypatch.setattr(trainer, "_fetch_one_gen_batch", lambda: next(stream))  # the dataloader
     trainer.global_steps = 1
+    # verl's own submission (TransferQueue tags + agent loop), below our domain-aware one
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_submit_batch_to_rollout",
+                        lambda self, b: submitted.append(b) or len(b))
+    return trainer
+
+
+def test_domain_aware_refill_holds_back_paused_domains(monkeypatch):
+    from verl_mopd.batching.sampler import QuotaReplayBuffer
+
     submitted = []
-    monkeypatch.setattr(trainer, "_submit_batch_to_rollout", lambda b: submitted.append(b) or len(b))  # rollout
+    trainer = _quota_trainer(monkeypatch, submitted)
+    assert isinstance(trainer.replay_buffer, QuotaReplayBuffer)
     paused = {"domains": frozenset({"desktop"})}
     monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: paused["domains"])
 
@@ -169,6 +176,46 @@ def test_domain_aware_refill_holds_back_paused_domains(monkeypatch):
     assert [str(x) for x in list(submitted[-1]["platform"])] == ["mobile", "mobile", "mobile"]
     assert len(trainer._held_prompts) == 2  # the two desktop prompts drawn on the way
     paused["domains"] = frozenset()
+    trainer.global_steps = 5
     assert trainer._add_prompts_to_generate(2) == 2
     assert [str(x) for x in list(submitted[-1]["platform"])] == ["desktop", "desktop"]  # held ones first
+    assert submitted[-1]["global_steps"] == 5  # drawn at step 1, submitted now: stamped with this step
     assert trainer._held_prompts == []
+
+
+def test_the_per_step_batch_is_domain_aware_too(monkeypatch):
+    """verl's ``_add_batch_to_generate`` (train_batch_size prompts each step) goes through the same hold-back."""
+    submitted = []
+    trainer = _quota_trainer(monkeypatch, submitted)
+    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"mobile"}))
+    trainer._add_batch_to_generate()  # verl's method, unchanged
+    assert [str(x) for x in list(submitted[-1]["platform"])] == ["desktop"] * 4
+    assert {str(list(r["platform"])[0]) for r in trainer._held_prompts} == {"mobile"}
+
+
+def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
+    submitted = []
+    trainer = _quota_trainer(monkeypatch, submitted)
+    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"desktop"}))
+    trainer._add_prompts_to_generate(3)
+    held = [str(list(r["uid"])[0]) for r in trainer._held_prompts]
+    assert held
+
+    def verl_save(self):  # verl's part: actor, dataloader, the tracker file
+        os.makedirs(tmp_path / f"global_step_{self.global_steps}", exist_ok=True)
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
+
+    def verl_load(self):
+        self.global_steps = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_save_checkpoint", verl_save)
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_load_checkpoint", verl_load)
+    monkeypatch.setattr(trainer.replay_buffer, "save_checkpoint", lambda folder: None)
+    trainer.config.trainer.default_local_dir = str(tmp_path)
+    trainer._save_checkpoint()
+
+    resumed = _quota_trainer(monkeypatch, [])
+    monkeypatch.setattr(resumed.replay_buffer, "load_checkpoint", lambda folder: None)
+    resumed.config.trainer.default_local_dir = str(tmp_path)
+    resumed._load_checkpoint()
+    assert [str(list(r["uid"])[0]) for r in resumed._held_prompts] == held

@@ -1,31 +1,57 @@
-"""``PlatformTeacherGroup``: one teacher per platform; split the step batch by platform, score every
-part with its platform's teacher (all platforms in flight at once), merge back in batch order.
+"""``PlatformTeacherGroup``: one teacher per platform; split the step's samples by platform, score
+every part with its platform's teacher (all platforms in flight at once), merge back in order.
 
-Each teacher is a verl worker group (``RayWorkerGroup`` over its own ``RayResourcePool``) whose
-``compute_teacher_log_prob`` is registered with ``Dispatch.DP_COMPUTE_PROTO, blocking=False``: the
-call returns verl's ``DataProtoFuture`` at once, so dispatching every platform before waiting on
-any gives concurrency without threads. Rows gated off (``mopd_kl_mask == 0``) go to no teacher.
+Each teacher is a verl worker group (``RayWorkerGroup``) whose ``compute_teacher_log_prob`` uses
+verl's nd-compute dispatch (``make_nd_compute_dataproto_dispatch_fn``, ``blocking=False``): the call
+returns verl's ``DataProtoFuture`` at once, so dispatching every platform before waiting on any
+gives concurrency without threads. Two entry points:
+
+- :meth:`PlatformTeacherGroup.score_transfer_queue` (the trainer): the driver reads only the
+  routing key, the gate and the response mask, and hands each teacher a ``KVBatchMeta`` of its
+  rows; every rank fetches its own shard from TransferQueue and writes ``teacher_logprobs`` back
+  itself (verl's ``tqbridge``, as in verl's own ``compute_log_prob``). Images never pass through the
+  driver.
+- :meth:`PlatformTeacherGroup.compute_teacher_logprobs` (in memory: tests, the demo, benchmarks):
+  a DataProto / TensorDict goes out in chunks and the response log-probs come back.
+
+Rows gated off (``mopd_kl_mask == 0``) go to no teacher; their ``teacher_logprobs`` are the
+student's ``old_log_probs`` (K3 and its gradient are then exactly 0 even without the gate).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
 from verl_mopd.teachers.config import TeacherConfig, TeachersConfig
+from verl_mopd.teachers.layout import (
+    CALL_INFO,
+    K3_SUM_KEY,
+    TEACHER_FIELDS,
+    TEACHER_MESH,
+    TIME_KEY,
+    TOKENS_KEY,
+    as_jagged,
+    to_full_sequence,
+    to_no_padding,
+)
 from verl_mopd.teachers.router import check_known, get_field, merge, routing_keys, split, take_rows
 
-__all__ = ["PlatformTeacherGroup", "build_worker_group"]
+__all__ = ["PlatformTeacherGroup", "build_worker_group", "data_parallel_size"]
 
 
-def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | None = None, resource_pool=None):
-    """A verl ``RayWorkerGroup`` for one teacher on its own pool (``cfg.nnodes`` x ``cfg.n_gpus_per_node``).
+def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | None = None, resource_pool=None,
+                       run_config=None, output_key: str = "teacher_logprobs"):
+    """A verl ``RayWorkerGroup`` for one teacher, models loaded.
 
-    On CPU (``use_gpu=False``) ``max_colocate_count=1`` so each rank's placement bundle asks for one
-    CPU (verl's default of 10 would not fit a small machine).
+    Its own pool of ``cfg.nnodes`` x ``cfg.n_gpus_per_node`` unless ``resource_pool`` is given (the
+    actor's, for ``placement: colocated``). On CPU (``use_gpu=False``) ``max_colocate_count=1`` so
+    each rank's placement bundle asks for one CPU (verl's default of 10 would not fit a small machine).
+    ``run_config``: the composed run config, required by ``megatron`` teachers (built like verl's ref).
     """
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
@@ -36,26 +62,30 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
 
         from verl_mopd.teachers.backends.hf import HFTeacherWorker
 
-        actor_cls = ray.remote(HFTeacherWorker)
-        init = RayClassWithInitArgs(cls=actor_cls, config=dict(_teacher_fields(cfg)), num_threads=num_threads)
+        init = RayClassWithInitArgs(cls=ray.remote(HFTeacherWorker), config=dict(_teacher_fields(cfg)),
+                                    num_threads=num_threads, output_key=output_key)
     elif cfg.backend == "megatron":
+        if run_config is None:
+            raise ValueError(f"mopd.teachers.{cfg.platform}: backend=megatron teachers are built like verl's "
+                             "reference model from the run config; pass run_config")
         from verl_mopd.teachers.backends.megatron import megatron_teacher_class
 
-        init = megatron_teacher_class(cfg)
+        init = megatron_teacher_class(cfg, run_config, output_key=output_key)
     else:
         raise ValueError(
             f"mopd.teachers.{cfg.platform}.backend=server has no worker group: it is served by verl's teacher "
             "loop (see verl_mopd.teachers.backends.server.to_distillation_config)"
         )
+    # placement-group and actor names are cluster-wide: unique per build
+    name = f"mopd_teacher_{cfg.platform}_{uuid.uuid4().hex[:8]}"
     if resource_pool is None:
         resource_pool = RayResourcePool(
             process_on_nodes=[cfg.n_gpus_per_node] * cfg.nnodes,
             use_gpu=use_gpu,
             max_colocate_count=1 if not use_gpu else 10,
-            name_prefix=f"mopd_teacher_{cfg.platform}",
+            name_prefix=name,
         )
-    wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu,
-                        name_prefix=f"mopd_teacher_{cfg.platform}")
+    wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu, name_prefix=name)
     wg.init_model()
     return wg
 
@@ -66,50 +96,75 @@ def _teacher_fields(cfg: TeacherConfig) -> dict:
     return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
 
 
+def data_parallel_size(wg) -> int:
+    """Data-parallel size of a teacher worker group on ``TEACHER_MESH`` (queried as verl's
+    ``_balance_batch`` queries the actor's; cached in the group's ``_dispatch_info``)."""
+    info = getattr(wg, "_dispatch_info", None)
+    if info is None:  # not a verl worker group (a stand-in in tests)
+        return int(getattr(wg, "world_size", 1))
+    if TEACHER_MESH not in info:
+        info[TEACHER_MESH] = wg._query_dispatch_info(TEACHER_MESH)
+    return max(info[TEACHER_MESH]) + 1
 
 
-def _pad_rows(sub, divisor: int):
-    """Pad ``sub`` to a multiple of ``divisor`` rows (verl's pad helpers); returns (padded, pad)."""
-    from verl.protocol import DataProto
+def _pad_tensordict(data, multiple: int):
+    """Repeat rows until ``len(data)`` is a multiple of ``multiple``; the repeats get an all-zero
+    ``response_mask`` (they count in no metric) and are dropped from the result by the caller."""
+    from verl.utils import tensordict_utils as tu
 
-    if divisor == 1:
-        return sub, 0
-    if isinstance(sub, DataProto):
-        from verl.protocol import pad_dataproto_to_divisor
-
-        return pad_dataproto_to_divisor(sub, divisor)
-    from verl.utils.tensordict_utils import pad_to_divisor
-
-    n = len(sub)
-    padded = pad_to_divisor(sub, divisor)
-    return padded, len(padded) - n
-
-
-def _concat_rows(chunks: list[torch.Tensor]) -> torch.Tensor:
-    if chunks[0].is_nested:
-        from verl.utils.tensordict_utils import concat_nested_tensors
-
-        return concat_nested_tensors(chunks)
-    return torch.cat(chunks, dim=0)
-
-
-def _drop_tail(t: torch.Tensor, pad: int) -> torch.Tensor:
+    n = len(data)
+    pad = (-n) % multiple
     if pad == 0:
-        return t
-    if t.is_nested:
-        rows = list(t.unbind(0))[:-pad]
-        return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-    return t[:-pad]
+        return data, 0
+    out = tu.index_select_tensor_dict(data, list(range(n)) + [i % n for i in range(pad)])
+    masks = list(out["response_mask"].unbind(0))
+    masks[n:] = [torch.zeros_like(m) for m in masks[n:]]
+    out["response_mask"] = torch.nested.as_nested_tensor(masks, layout=torch.jagged)
+    return out, pad
 
 
-def _response_mask(batch) -> torch.Tensor | None:
-    mask = get_field(batch, "response_mask")
-    if mask is not None:
-        return mask
-    am, resp = get_field(batch, "attention_mask"), get_field(batch, "responses")
-    if am is not None and resp is not None and not resp.is_nested:
-        return am[:, -resp.shape[-1] :]
-    return None
+def _pad_kv_meta(meta, multiple: int, tq):
+    """Append synthetic samples so that ``len(meta)`` is a multiple of ``multiple``.
+
+    verl's own way (``verl.trainer.ppo.padding_utils.upsample_batch_to_divisible_size``): a minimal
+    text-only sample (``construct_minimal_padding_template``, all-zero ``response_mask``) per missing
+    row, under fresh keys, deleted again after scoring. Equal shards keep verl's engines' data-parallel
+    collectives (micro-batch count, token all-reduce) in step. Returns ``(meta, pad_keys)``.
+    """
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import construct_minimal_padding_template
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    pad = (-len(meta)) % multiple
+    if pad == 0:
+        return meta, []
+    light = [f for f in meta.fields if f not in ("multi_modal_inputs", "old_log_probs")]
+    source = tq.kv_batch_get(keys=meta.keys[:1], partition_id=meta.partition_id, select_fields=light)[0]
+    token = int(source["input_ids"][-1])  # any id of the vocabulary; the padding rows' scores are discarded
+    template, tag = construct_minimal_padding_template(source, meta.tags[0], token)
+    # every field the real rows send must exist on the padding rows too (TransferQueue returns a field
+    # only when all requested samples have it)
+    if "multi_modal_inputs" in meta.fields:
+        template["multi_modal_inputs"] = {}
+    if "old_log_probs" in meta.fields:
+        template["old_log_probs"] = torch.zeros(1, dtype=torch.float32)
+    template = {k: v for k, v in template.items() if k in meta.fields}
+    keys = [f"mopd_teacher_pad_{uuid.uuid4().hex}_{i}" for i in range(pad)]
+    tq.kv_batch_put(keys=keys, partition_id=meta.partition_id,
+                    fields=list_of_dict_to_tensordict([dict(template) for _ in keys]), tags=[dict(tag) for _ in keys])
+    padded = KVBatchMeta(keys=meta.keys + keys, tags=meta.tags + [dict(tag) for _ in keys],
+                         partition_id=meta.partition_id, fields=meta.fields, extra_info=meta.extra_info)
+    return padded, keys
+
+
+def _stored_fields(meta, row: int) -> set[str]:
+    """Field names stored for sample ``row`` of ``meta`` (TransferQueue metadata only, no data)."""
+    from transfer_queue import KVBatchMeta
+    from verl.utils.transferqueue_utils import kv_batch_meta2batch_meta
+
+    probe = KVBatchMeta(keys=[meta.keys[row]], tags=[meta.tags[row] if meta.tags else {}],
+                        partition_id=meta.partition_id)
+    return set(kv_batch_meta2batch_meta(probe).field_names)
 
 
 class PlatformTeacherGroup:
@@ -117,9 +172,9 @@ class PlatformTeacherGroup:
 
     Args:
         config: the ``mopd`` teachers block (``TeachersConfig``).
-        worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob(batch)``
-            (non-blocking, returns a ``DataProtoFuture``) and ``world_size``; one per configured
-            teacher. Build them with ``PlatformTeacherGroup.build``.
+        worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob`` (verl
+            nd-compute dispatch on ``TEACHER_MESH``, non-blocking); one per configured teacher.
+            Build them with :meth:`build`.
     """
 
     def __init__(self, config: TeachersConfig, worker_groups: Mapping[str, object]):
@@ -132,11 +187,12 @@ class PlatformTeacherGroup:
 
     @classmethod
     def build(cls, config: TeachersConfig, *, use_gpu: bool = True, num_threads: int | None = None,
-              colocated_pool=None):
+              colocated_pool=None, run_config=None):
         """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded.
 
         ``colocated_pool``: the actor's ``RayResourcePool``; teachers with ``placement: colocated``
         are placed on it (as verl colocates worker groups on one pool) instead of a pool of their own.
+        ``run_config``: the composed run config (needed by ``megatron`` teachers).
         """
         server = [p for p, c in config.teachers.items() if c.backend == "server"]
         if server:
@@ -145,144 +201,207 @@ class PlatformTeacherGroup:
                 "verl_mopd.teachers.backends.server.to_distillation_config instead of a PlatformTeacherGroup"
             )
         wgs = {
-            p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads,
-                                  resource_pool=colocated_pool if c.placement == "colocated" else None)
+            p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads, run_config=run_config,
+                                  resource_pool=colocated_pool if c.placement == "colocated" else None,
+                                  output_key=config.output_key)
             for p, c in config.teachers.items()
         }
         return cls(config, wgs)
 
     # ------------------------------------------------------------------------------------------
 
+    def _route(self, keys: np.ndarray, gate) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``(send (n,) bool, {platform: rows to score})``; unknown platforms refused before dispatch."""
+        cfg = self.config
+        check_known(keys.tolist(), cfg.platforms, cfg.routing_key)
+        send = np.ones(len(keys), dtype=bool)
+        if cfg.skip_gated and gate is not None:
+            send = np.asarray(torch.as_tensor(gate).reshape(len(keys), -1)[:, 0] > 0)
+        sent_rows = np.flatnonzero(send)
+        return send, {k: sent_rows[v] for k, v in split(keys[sent_rows]).items()}
+
+    def _run(self, payloads: Mapping[str, object]) -> dict[str, list]:
+        """Call every platform's teacher; dedicated teachers all in flight at once, colocated ones
+        (sharing the actor's devices) one after another. Returns each platform's collected outputs."""
+        import ray
+
+        def collect(future):
+            # ranks that hold no output (Megatron non-source ranks) answer None
+            return [o for o in ray.get(list(future.futures)) if o is not None]
+
+        colocated = [p for p in payloads if self.config.teachers[p].placement == "colocated"]
+        pending = {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p])
+                   for p in payloads if p not in colocated}
+        results = {p: collect(self.worker_groups[p].compute_teacher_log_prob(payloads[p])) for p in colocated}
+        results.update({p: collect(future) for p, future in pending.items()})
+        return results
+
+    @staticmethod
+    def _call_stats(outputs: list) -> dict[str, float]:
+        from tensordict import TensorDict
+        from verl.utils import tensordict_utils as tu
+
+        def value(o, key):
+            if isinstance(o, TensorDict):
+                return tu.get_non_tensor_data(o, key=key, default=0.0)
+            return (o.extra_info or {}).get(key, 0.0)  # BatchMeta returned through TransferQueue
+
+        return {
+            "time_s": max((float(value(o, TIME_KEY)) for o in outputs), default=0.0),
+            "tokens": float(sum(value(o, TOKENS_KEY) for o in outputs)),
+            "k3_sum": float(sum(value(o, K3_SUM_KEY) for o in outputs)),
+        }
+
+    def _metrics(self, keys, send, real, tokens, index, stats, with_k3: bool) -> dict[str, float]:
+        """Per-platform and batch metrics; ``real`` (n,) excludes verl's synthetic padding rows,
+        ``tokens`` (n,) trained response tokens per row."""
+        m = {
+            "mopd_teacher/skipped_fraction": float((~send & real).sum() / max(real.sum(), 1)),
+            "mopd_teacher/skipped_token_fraction": float(tokens[~send & real].sum() / max(tokens[real].sum(), 1)),
+        }
+        for platform in self.config.platforms:
+            s = stats.get(platform)
+            m[f"mopd_teacher/{platform}/samples"] = float(((keys == platform) & real).sum())
+            m[f"mopd_teacher/{platform}/scored_samples"] = float(len(index.get(platform, ())))
+            m[f"mopd_teacher/{platform}/tokens"] = s["tokens"] if s else 0.0
+            m[f"mopd_teacher/{platform}/time_s"] = s["time_s"] if s else 0.0
+            if with_k3 and s and s["tokens"] > 0:
+                m[f"mopd_teacher/{platform}/k3_mean"] = s["k3_sum"] / s["tokens"]
+        return m
+
+    # ------------------------------------------------------------------------------------------
+    # in memory
+
     def compute_teacher_logprobs(self, batch) -> tuple[torch.Tensor, dict]:
         """Teacher log-probs of every row's sampled response tokens, in batch order.
 
         Args:
-            batch: DataProto or TensorDict step batch with the routing column, ``input_ids``,
-                ``responses`` (+ ``attention_mask`` for the padded layout), optionally the gate
+            batch: DataProto or TensorDict step batch, padded or no-padding layout (see
+                ``layout.to_no_padding``), with the routing column, optionally the gate
                 ``mopd_kl_mask`` ``(bs,)`` and ``old_log_probs``.
 
         Returns:
-            ``(teacher_logprobs, metrics)``. ``teacher_logprobs`` has the layout of
-            ``old_log_probs`` (padded ``(bs, response_len)``, 0.0 after each response, or nested).
-            Rows not sent to a teacher (gated off) hold ``old_log_probs`` when present (so K3 and
-            its gradient are exactly 0 there even without the gate) else 0.0.
+            ``(teacher_logprobs, metrics)``: the layout of ``old_log_probs`` (padded
+            ``(bs, response_len)`` with 0.0 after each response, or jagged ``(bs, r)``). Rows not sent
+            to a teacher hold ``old_log_probs`` when present, else 0.0.
         """
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import response_from_nested
+
         cfg = self.config
         wall_start = time.perf_counter()
-        keys = routing_keys(batch, cfg.routing_key)
-        check_known(keys.tolist(), cfg.platforms, cfg.routing_key)
+        data, width = to_no_padding(batch)
+        keys = routing_keys(data, cfg.routing_key)
         n = len(keys)
-        send = np.ones(n, dtype=bool)
-        gate = get_field(batch, cfg.mask_key) if cfg.skip_gated else None
-        if gate is not None:
-            send = np.asarray(torch.as_tensor(gate).reshape(n, -1)[:, 0] > 0)
-        sent_rows = np.flatnonzero(send)
-        index = {k: sent_rows[v] for k, v in split(keys[sent_rows]).items()}
-
-        # dispatch every platform before waiting on any (dedicated pools run concurrently);
-        # colocated teachers share the actor's devices, so each finishes before the next starts
-        pending, results = {}, {}
+        send, index = self._route(keys, get_field(data, cfg.mask_key))
+        payloads, pads = {}, {}
+        fields = [f for f in TEACHER_FIELDS if f in data.keys()]
         for platform, rows in index.items():
-            wg = self.worker_groups[platform]
-            sub, pad = _pad_rows(take_rows(batch, rows), getattr(wg, "world_size", 1))
-            pending[platform] = (wg.compute_teacher_log_prob(sub), pad)
-            if cfg.teachers[platform].placement == "colocated":
-                results[platform] = self._collect(*pending.pop(platform))
-        for platform, (fut, pad) in pending.items():
-            results[platform] = self._collect(fut, pad)
+            sub = tu.get_keys(take_rows(data, rows), fields)
+            sub, pads[platform] = _pad_tensordict(sub, data_parallel_size(self.worker_groups[platform]))
+            tu.assign_non_tensor(sub, **CALL_INFO)
+            payloads[platform] = sub
+        outputs = self._run(payloads)
 
-        parts = {p: r["teacher_logprobs"] for p, r in results.items()}
-        gated_rows = np.flatnonzero(~send)
-        if gated_rows.size:
-            parts["__gated__"] = self._fill_rows(batch, gated_rows, parts)
-            index["__gated__"] = gated_rows
+        parts = {}
+        for platform, outs in outputs.items():
+            # ranks answer in data-parallel order, the order their shards were cut in
+            full = torch.nested.as_nested_tensor([row[:, 0] for o in outs for row in o[cfg.output_key].unbind(0)],
+                                                 layout=torch.jagged)
+            resp = response_from_nested(full, payloads[platform]["response_mask"]).unbind(0)
+            parts[platform] = torch.nested.as_nested_tensor(list(resp[: len(index[platform])]), layout=torch.jagged)
+        gated = np.flatnonzero(~send)
+        if gated.size:
+            parts["__gated__"] = self._fill_rows(data, gated)
+            index["__gated__"] = gated
         logp = merge(parts, index, n)
-        metrics = self._metrics(batch, keys, send, index, results, logp)
+        if width is not None:
+            logp = logp.to_padded_tensor(0.0, output_size=(n, width))
+        tokens = np.array([float(m.sum()) for m in data["response_mask"].unbind(0)])
+        metrics = self._metrics(keys, send, np.ones(n, dtype=bool), tokens, {k: v for k, v in index.items()
+                                                                            if k != "__gated__"},
+                                {p: self._call_stats(o) for p, o in outputs.items()}, "old_log_probs" in data.keys())
         metrics["mopd_teacher/wall_s"] = time.perf_counter() - wall_start
         return logp, metrics
 
     @staticmethod
-    def _collect(future, pad: int) -> dict:
-        import ray
-
-        # model-parallel ranks that hold no output (Megatron non-source ranks) return None
-        outs = [o for o in ray.get(list(future.futures)) if o is not None]
-        return {
-            "teacher_logprobs": _drop_tail(_concat_rows([o["teacher_logprobs"] for o in outs]), pad),
-            "teacher_time_s": max(o["teacher_time_s"] for o in outs),
-            "tokens": sum(o["tokens"] for o in outs),
-        }
-
-    def _fill_rows(self, batch, rows: np.ndarray, parts: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Values for rows sent to no teacher: the student's ``old_log_probs`` when stored, else 0.0."""
-        old = get_field(batch, "old_log_probs")
-        if old is not None:
-            if old.is_nested:
-                sel = [old.unbind(0)[int(r)] for r in rows]
-                return torch.nested.as_nested_tensor(sel, layout=torch.jagged).to(torch.float32)
-            return old[torch.as_tensor(rows)].to(torch.float32)
-        responses = get_field(batch, "responses")
-        if responses.is_nested:
-            resp = responses.unbind(0)
-            return torch.nested.as_nested_tensor(
-                [torch.zeros(resp[int(r)].shape[-1]) for r in rows], layout=torch.jagged
-            )
-        return torch.zeros(len(rows), responses.shape[-1], dtype=torch.float32)
-
-    def _metrics(self, batch, keys, send, index, results, logp) -> dict:
-        n = len(keys)
-        mask = _response_mask(batch)
-        if mask is not None and not mask.is_nested:
-            tokens = mask.sum(-1).numpy()
-        else:
-            resp = get_field(batch, "responses")
-            tokens = np.array([r.shape[-1] for r in resp.unbind(0)])
-        m = {
-            "mopd_teacher/skipped_fraction": float((~send).sum() / max(n, 1)),
-            "mopd_teacher/skipped_token_fraction": float(tokens[~send].sum() / max(tokens.sum(), 1)),
-        }
-        old = get_field(batch, "old_log_probs")
-        k3_kl = None
-        if old is not None and mask is not None and not old.is_nested and not mask.is_nested:
-            try:
-                from verl_mopd.losses import k3_kl
-            except ImportError:  # the loss module is optional for scoring
-                k3_kl = None
-        for platform in self.config.platforms:
-            rows_all = np.flatnonzero(keys == platform)
-            r = results.get(platform)
-            m[f"mopd_teacher/{platform}/samples"] = float(len(rows_all))
-            m[f"mopd_teacher/{platform}/scored_samples"] = float(len(index.get(platform, ())))
-            m[f"mopd_teacher/{platform}/tokens"] = float(r["tokens"]) if r else 0.0
-            m[f"mopd_teacher/{platform}/time_s"] = float(r["teacher_time_s"]) if r else 0.0
-            if k3_kl is not None and r:
-                rows = torch.as_tensor(index[platform])
-                mk = mask[rows].to(torch.float32)
-                k3 = k3_kl(old[rows].to(torch.float32), logp[rows])
-                m[f"mopd_teacher/{platform}/k3_mean"] = float((k3 * mk).sum() / mk.sum().clamp_min(1))
-        return m
+    def _fill_rows(data, rows: np.ndarray) -> torch.Tensor:
+        """Jagged response-length values for rows sent to no teacher: ``old_log_probs`` or 0.0."""
+        if "old_log_probs" in data.keys():
+            old = as_jagged(data["old_log_probs"]).unbind(0)
+            return torch.nested.as_nested_tensor([old[int(r)].to(torch.float32) for r in rows], layout=torch.jagged)
+        resp = data["responses"].unbind(0)
+        return torch.nested.as_nested_tensor([torch.zeros(resp[int(r)].shape[-1]) for r in rows], layout=torch.jagged)
 
     # ------------------------------------------------------------------------------------------
+    # through TransferQueue (the trainer)
 
-    def write_to_transfer_queue(self, tq, keys: list[str], partition_id: str, teacher_logprobs: torch.Tensor,
-                                response_mask: torch.Tensor | None = None):
-        """Store ``teacher_logprobs`` for the step's samples with ``tq.kv_batch_put``.
+    def score_transfer_queue(self, batch, tq) -> dict[str, float]:
+        """Score a step's stored samples and store ``teacher_logprobs`` for every one of them.
 
-        A padded ``(bs, response_len)`` tensor is stored nested, one row of response length per
-        sample (the v1 trainer's layout for per-token fields, as it stores ``rm_scores``);
-        ``response_mask`` ``(bs, response_len)`` gives the lengths.
+        Args:
+            batch: verl's ``KVBatchMeta`` of the step (``keys``, ``tags`` with ``prompt_len`` /
+                ``is_padding``, ``partition_id``); the gate is already stored.
+            tq: the TransferQueue client module (``kv_batch_get`` / ``kv_batch_put`` / ``kv_clear``).
+
+        The driver reads the routing key, the gate and ``response_mask``; each teacher's ranks fetch
+        their rows (``TEACHER_FIELDS``, images included) and write ``teacher_logprobs`` themselves.
+        Gated rows get ``old_log_probs`` in the same layout (read for those rows only).
         """
-        from verl.utils import tensordict_utils as tu
+        from transfer_queue import KVBatchMeta
 
-        if len(keys) != teacher_logprobs.shape[0]:
-            raise ValueError(f"{len(keys)} keys for {teacher_logprobs.shape[0]} rows of teacher_logprobs")
-        value = teacher_logprobs
-        if not value.is_nested:
-            if response_mask is None:
-                raise ValueError("padded teacher_logprobs need response_mask to be stored per sample")
-            lengths = response_mask.sum(-1).tolist()
-            value = torch.nested.as_nested_tensor(
-                [value[i, : int(lengths[i])] for i in range(value.shape[0])], layout=torch.jagged
-            )
-        return tq.kv_batch_put(keys=list(keys), partition_id=partition_id,
-                               fields=tu.get_tensordict({self.config.output_key: value}))
+        cfg = self.config
+        wall_start = time.perf_counter()
+        small = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                select_fields=[cfg.routing_key, cfg.mask_key, "response_mask"])
+        keys = routing_keys(small, cfg.routing_key)
+        n = len(keys)
+        tags = list(batch.tags) if batch.tags else [{} for _ in range(n)]
+        send, index = self._route(keys, get_field(small, cfg.mask_key))
+        first = next((int(rows[0]) for rows in index.values() if len(rows)), None)
+        stored = _stored_fields(batch, first) if first is not None else set()
+        fields = [f for f in TEACHER_FIELDS if f in stored]
+        payloads, pad_keys = {}, []
+        try:
+            for platform, rows in index.items():
+                meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[tags[i] for i in rows],
+                                   partition_id=batch.partition_id, fields=fields, extra_info=dict(CALL_INFO))
+                meta, added = _pad_kv_meta(meta, data_parallel_size(self.worker_groups[platform]), tq)
+                pad_keys += added
+                payloads[platform] = meta
+            outputs = self._run(payloads)
+        finally:
+            if pad_keys:
+                tq.kv_clear(keys=pad_keys, partition_id=batch.partition_id)
+
+        gated = np.flatnonzero(~send)
+        if gated.size:
+            self._store_gated_rows(batch, tags, gated, tq)
+        real = np.array([not (t or {}).get("is_padding", False) for t in tags], dtype=bool)
+        tokens = np.array([float(m.sum()) for m in as_jagged(small["response_mask"]).unbind(0)])
+        metrics = self._metrics(keys, send, real, tokens, index, {p: self._call_stats(o) for p, o in outputs.items()},
+                                "old_log_probs" in fields)
+        metrics["mopd_teacher/wall_s"] = time.perf_counter() - wall_start
+        return metrics
+
+    def _store_gated_rows(self, batch, tags: list, rows: np.ndarray, tq) -> None:
+        """``teacher_logprobs`` of gated rows: their ``old_log_probs`` in the whole-sequence layout
+        (prompt lengths from verl's sample tags, or the stored ``prompts`` when a tag lacks them)."""
+        from tensordict import TensorDict
+
+        keys = [batch.keys[i] for i in rows]
+        need_prompts = any("prompt_len" not in (tags[i] or {}) for i in rows)
+        old = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                              select_fields=["old_log_probs", "prompts"] if need_prompts else ["old_log_probs"])
+        if "old_log_probs" not in old.keys():
+            raise KeyError("gated samples need the student's stored `old_log_probs` for their teacher_logprobs "
+                           "(verl's _compute_old_log_prob runs before _compute_advantage)")
+        resp = as_jagged(old["old_log_probs"])
+        response_lens = resp.offsets().diff()
+        if "prompts" in old.keys():
+            prompt_lens = as_jagged(old["prompts"]).offsets().diff()
+        else:
+            prompt_lens = torch.tensor([int(tags[i]["prompt_len"]) for i in rows])
+        full = to_full_sequence(resp, prompt_lens, response_lens)
+        tq.kv_batch_put(keys=keys, partition_id=batch.partition_id,
+                        fields=TensorDict({self.config.output_key: full}, batch_size=[len(keys)]))

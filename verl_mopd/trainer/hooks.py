@@ -192,7 +192,8 @@ def build_worker_teachers(trainer):
 
     colocated = any(t.placement == "colocated" for t in teachers.teachers.values())
     return PlatformTeacherGroup.build(teachers, use_gpu=trainer.config.trainer.device != "cpu",
-                                      colocated_pool=actor_resource_pool(trainer) if colocated else None)
+                                      colocated_pool=actor_resource_pool(trainer) if colocated else None,
+                                      run_config=trainer.config)
 
 
 def setup_teachers_and_loss(trainer):

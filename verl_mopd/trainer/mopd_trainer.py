@@ -48,6 +48,9 @@ from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay im
 
 logger = logging.getLogger(__name__)
 
+HELD_PROMPTS_FILE = "mopd_held_prompts.pt"
+TEACHER_DUMP_ENV = "VERL_MOPD_TEACHER_DUMP"
+
 #: our trainer_mode -> the verl trainer_mode whose semantics it keeps
 MOPD_TRAINER_MODES = {
     "mopd_sync": "sync",
@@ -110,18 +113,30 @@ class MOPDTrainerMixin:
         self.teacher_group = setup_teachers_and_loss(self)
         super().on_init_end()
 
-    # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state is ours -----
+    # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state and the held-back
+    #    prompts (already drawn from verl's dataloader, so not in its data.pt) are ours ------------
     def _save_checkpoint(self):
+        import torch
+
         super()._save_checkpoint()
+        folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if hasattr(self.replay_buffer, "save_checkpoint"):
-            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             self.replay_buffer.save_checkpoint(folder)
+        os.makedirs(folder, exist_ok=True)
+        torch.save(self._held_prompts, os.path.join(folder, HELD_PROMPTS_FILE))
 
     def _load_checkpoint(self):
+        import torch
+
         super()._load_checkpoint()
         folder = self._resumed_step_folder()
-        if folder is not None and hasattr(self.replay_buffer, "load_checkpoint"):
+        if folder is None:
+            return
+        if hasattr(self.replay_buffer, "load_checkpoint"):
             self.replay_buffer.load_checkpoint(folder)
+        held = os.path.join(folder, HELD_PROMPTS_FILE)
+        if os.path.exists(held):
+            self._held_prompts = torch.load(held, weights_only=False)
 
     def _resumed_step_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from (same rules), or None."""
@@ -134,20 +149,23 @@ class MOPDTrainerMixin:
             return os.path.abspath(trainer.resume_from_path)
         return find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
 
-    # -- domain-aware refill (MintAct backpressure on the producer side) ----------------------
-    def _add_prompts_to_generate(self, num_prompts: int) -> int:
-        """Submit ``num_prompts`` prompts, holding back those of domains the quota sampler paused.
+    # -- domain-aware prompt draw (MintAct backpressure on the producer side) -----------------
+    def _next_train_batch(self, num_prompts: int | None = None):
+        """``num_prompts`` prompts for the rollout, holding back those of domains the quota sampler paused.
 
-        Held prompts are submitted first once their domain resumes. Draws at most
-        ``4 * num_prompts`` extra prompts; if every drawn prompt belongs to a paused domain, the held
-        ones are submitted anyway (the sampler's bounded-wait fallback then decides).
+        verl draws every prompt it submits here: the per-step batch (``_add_batch_to_generate``)
+        and every refill (``_add_prompts_to_generate``). Held prompts go first once their domain
+        resumes; at most ``4 * num_prompts`` extra prompts are drawn; if every drawn prompt belongs to
+        a paused domain, held ones are released anyway (the sampler's bounded-wait fallback then
+        decides). The batch carries the current ``global_steps``, as verl's own draw does.
         """
         paused = getattr(self.replay_buffer, "paused_domains", None)
         paused = frozenset(paused()) if paused else frozenset()
         if not paused and not self._held_prompts:
-            return super()._add_prompts_to_generate(num_prompts)
+            return super()._next_train_batch(num_prompts)
         from verl.utils import tensordict_utils as tu
 
+        num_prompts = num_prompts or self.config.data.train_batch_size
         key = self.replay_buffer.batching.domain_key
         chosen, still_held = [], []
         for row in self._held_prompts:
@@ -155,7 +173,7 @@ class MOPDTrainerMixin:
         gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         budget = 4 * num_prompts
         while len(chosen) < num_prompts and budget > 0:
-            batch = self._next_train_batch(gen_batch_size)
+            batch = super()._next_train_batch(gen_batch_size)
             budget -= len(batch)
             for i in range(len(batch)):
                 row = tu.index_select_tensor_dict(batch, [i])
@@ -163,8 +181,9 @@ class MOPDTrainerMixin:
         while len(chosen) < num_prompts and still_held:  # nothing else to draw: release held prompts
             chosen.append(still_held.pop(0))
         self._held_prompts = still_held + chosen[num_prompts:]
-        chosen = chosen[:num_prompts]
-        return self._submit_batch_to_rollout(tu.concat_tensordict(chosen))
+        batch = tu.concat_tensordict(chosen[:num_prompts])
+        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)  # concat keeps the first row's
+        return batch
 
     # -- per step ---------------------------------------------------------------------------
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
@@ -194,42 +213,53 @@ class MOPDTrainerColocateAsync(MOPDTrainerMixin, PPOTrainerColocateAsync):
 
 
 def to_full_sequence(response_logp, prompt_lens, response_lens):
-    """Response-only log-probs -> verl's full-sequence layout of ``teacher_logprobs``.
+    """Response-only log-probs -> verl's full-sequence ``teacher_logprobs`` layout (``(p + r, 1)`` per
+    sample, position ``p`` holding the log-prob of token ``p + 1``); see
+    ``verl_mopd.teachers.layout.to_full_sequence``."""
+    from verl_mopd.teachers.layout import to_full_sequence as _to_full_sequence
 
-    verl's teacher loop stores ``teacher_logprobs`` per sample over the whole sequence, shape
-    ``(prompt_len + response_len, 1)``, where position ``p`` holds the log-prob of token ``p + 1``
-    (read back by verl's ``no_padding_2_padding``). Args: ``response_logp`` (bs, response_len)
-    padded or nested; ``prompt_lens``, ``response_lens`` (bs,). Returns a jagged nested tensor.
-    """
-    import torch
-
-    rows = []
-    for i, (p, r) in enumerate(zip(prompt_lens.tolist(), response_lens.tolist(), strict=True)):
-        resp = response_logp[i]
-        full = resp.new_zeros(p + r, 1)
-        full[p - 1 : p - 1 + r, 0] = resp[:r]
-        rows.append(full)
-    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    return _to_full_sequence(response_logp, prompt_lens, response_lens)
 
 
 def score_teachers(group, batch, tq) -> dict:
-    """Score a step's stored samples with their platforms' teachers and store ``teacher_logprobs``.
+    """Score a step's stored samples with their platforms' teachers; ``teacher_logprobs`` is stored
+    for every sample in the layout verl's distillation loss reads.
 
-    Reads the samples from TransferQueue (the gate ``mopd_kl_mask`` is already there, so gated-off
-    samples go to no teacher), runs ``PlatformTeacherGroup.compute_teacher_logprobs`` (all
-    platforms in flight at once, merged in batch order) and writes the result in the layout verl's
-    distillation loss reads, as verl's own teacher loop does.
+    The gate ``mopd_kl_mask`` is already stored, so gated-off samples go to no teacher. The driver
+    hands each teacher group a ``KVBatchMeta`` of its rows; the workers fetch their shards (images
+    included) from TransferQueue and store their results themselves
+    (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
     """
-    from tensordict import TensorDict
+    metrics = group.score_transfer_queue(batch, tq)
+    if os.environ.get(TEACHER_DUMP_ENV):
+        dump_scored_samples(group, batch, tq, os.environ[TEACHER_DUMP_ENV])
+    return metrics
+
+
+def dump_scored_samples(group, batch, tq, folder: str, per_platform: int = 4) -> str:
+    """Diagnostic (``scripts/gpu_smoke.sh`` sets ``VERL_MOPD_TEACHER_DUMP``): save up to
+    ``per_platform`` scored samples per platform as ``{platform, input_ids, teacher}`` with the stored
+    ``teacher_logprobs`` cut to the response as verl's loss reads them. Returns the file written."""
+    import time
+
+    import torch
 
     cfg = group.config
-    fields = ["input_ids", "prompts", "responses", "response_mask", "position_ids", "multi_modal_inputs",
-              cfg.routing_key, cfg.mask_key, "old_log_probs"]
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-    logp, metrics = group.compute_teacher_logprobs(data)
-    prompt_lens = data["prompts"].offsets().diff()
-    response_lens = data["responses"].offsets().diff()
-    full = to_full_sequence(logp, prompt_lens, response_lens)
-    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                    fields=TensorDict({cfg.output_key: full}, batch_size=len(batch.keys)))
-    return metrics
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=[cfg.routing_key, cfg.mask_key, "input_ids", "responses", cfg.output_key])
+    gate = data[cfg.mask_key] if cfg.mask_key in data.keys() else torch.ones(len(batch.keys))
+    rows, count = [], {}
+    for i, (platform, seq, resp, full) in enumerate(zip(list(data[cfg.routing_key]), data["input_ids"].unbind(0),
+                                                        data["responses"].unbind(0),
+                                                        data[cfg.output_key].unbind(0), strict=True)):
+        platform = str(platform)
+        if float(gate[i]) <= 0 or (batch.tags and batch.tags[i].get("is_padding")) or count.get(platform, 0) >= per_platform:
+            continue
+        count[platform] = count.get(platform, 0) + 1
+        p, r = len(seq) - len(resp), len(resp)
+        rows.append({"platform": platform, "input_ids": seq, "teacher": full[p - 1 : p - 1 + r, 0].clone()})
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"teacher_{time.time_ns()}.pt")
+    torch.save(rows, path)
+    return path
+

@@ -22,6 +22,7 @@ import importlib
 import io
 import math
 import os
+import warnings
 from dataclasses import fields as dc_fields
 from typing import Any
 
@@ -448,11 +449,81 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     if gate is not None:
         _check_teachers(config, problems)
         _check_teacher_paths(config, warnings)
+        _check_placement_and_mode(config, problems)
     _check_sampler(config, problems)
     _check_run_numbers(config, problems, warnings)
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
+
+
+def _check_placement_and_mode(config: DictConfig, problems: list[str]) -> None:
+    """What verl checks only once the trainer and its pools exist: the separate-async trainer's
+    constructor asserts, and the number of processes sharing each GPU of the actor's pool."""
+    _check_separate_async(config, problems)
+    _check_colocated_slots(config, problems)
+
+
+def _check_separate_async(config: DictConfig, problems: list[str]) -> None:
+    """``verl.trainer.ppo.v1.trainer_separate_async.PPOTrainerSeparateAsync.__init__``'s asserts."""
+    mode = str(_section(config, "trainer.v1.trainer_mode"))
+    if mode not in ("separate_async", "mopd_separate_async"):
+        return
+    train, mini = _section(config, "data.train_batch_size"), _section(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    sync = _section(config, "trainer.v1.separate_async.parameter_sync_step")
+    if train != sync * mini:
+        problems.append(
+            f"trainer.v1.trainer_mode={mode} needs data.train_batch_size == trainer.v1.separate_async.parameter_sync_step"
+            f" * actor_rollout_ref.actor.ppo_mini_batch_size, got {train} != {sync} * {mini} (verl's separate-async "
+            f"trainer asserts it); e.g. set trainer.v1.separate_async.parameter_sync_step={train // mini if mini else 1}"
+        )
+    for key in ("nnodes", "n_gpus_per_node"):
+        if not (_section(config, f"actor_rollout_ref.rollout.{key}") or 0) > 0:
+            problems.append(
+                f"trainer.v1.trainer_mode={mode} runs the rollout on its own pool: set actor_rollout_ref.rollout.{key} > 0 "
+                f"(got {_section(config, f'actor_rollout_ref.rollout.{key}')})"
+            )
+    backend = _section(config, "actor_rollout_ref.rollout.checkpoint_engine.backend")
+    if backend == "naive":
+        problems.append(
+            f"trainer.v1.trainer_mode={mode}: actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send "
+            "weights to a separate rollout pool; use nccl (or nixl, mooncake)"
+        )
+    if bool(_section(config, "reward.reward_model.enable")) and not bool(
+        _section(config, "reward.reward_model.enable_resource_pool")
+    ):
+        problems.append(
+            f"trainer.v1.trainer_mode={mode}: a colocated reward model is not supported (the standalone rollout never "
+            "pauses); set reward.reward_model.enable_resource_pool=true"
+        )
+
+
+def _check_colocated_slots(config: DictConfig, problems: list[str]) -> None:
+    """verl's global pool gives every process 1 / ``ResourcePoolManager.max_colocate_count`` of a GPU;
+    one process too many and Ray waits on the placement forever, without an error."""
+    from verl.single_controller.ray.base import ResourcePoolManager
+    from verl.trainer.ppo.utils import need_critic
+
+    slots = ResourcePoolManager.__dataclass_fields__["max_colocate_count"].default
+    users = ["actor/rollout"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # verl warns on every call; validate() has already reported it
+        critic = need_critic(config)
+    if critic:
+        users.append("critic")
+    if bool(_section(config, "reward.reward_model.enable")) and not bool(
+        _section(config, "reward.reward_model.enable_resource_pool")
+    ):
+        users.append("reward model")
+    teachers = OmegaConf.to_container(_section(config, "mopd.teachers") or {}, resolve=True)
+    users += [f"teacher {p}" for p, t in teachers.items()
+              if isinstance(t, dict) and t.get("placement") == "colocated" and t.get("backend", "hf") != "server"]
+    if len(users) > slots:
+        problems.append(
+            f"the actor's resource pool runs {slots} processes per GPU (verl's ResourcePoolManager.max_colocate_count) "
+            f"but {len(users)} share it: {users}; give a teacher placement: dedicated or the reward model its own pool "
+            "(reward.reward_model.enable_resource_pool=true)"
+        )
 
 
 def compose_recipe(path: str, overrides: list[str] | None = None) -> DictConfig:

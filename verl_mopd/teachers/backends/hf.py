@@ -1,34 +1,39 @@
-"""``hf`` backend: a verl single-controller worker holding a ``transformers`` causal LM that
-scores the student's sampled response tokens (forward only, CPU or GPU).
+"""``hf`` backend: a verl single-controller worker holding a ``transformers`` model that scores the
+student's sampled response tokens (forward only, CPU or GPU).
 
-Reuses verl's ``Worker`` / ``@register`` dispatch (``verl/single_controller``) and
-``verl.utils.torch_functional.logprobs_from_logits`` (the same log-prob kernel verl's actor uses).
+Reuses verl's ``Worker`` and its nd-compute dispatch (``make_nd_compute_dataproto_dispatch_fn``, the
+one verl's engine workers use: a TensorDict is split by ``BatchData.chunk``, a ``KVBatchMeta`` is
+fetched by each rank from TransferQueue through ``tqbridge``), verl's model-class choice
+(``verl.utils.model.get_hf_auto_model_class``: Qwen3-VL and other VLMs load with
+``AutoModelForImageTextToText``) and ``verl.utils.torch_functional.logprobs_from_logits``.
 
-Layouts read (the step batch as the trainer holds it):
-- padded: ``input_ids``/``attention_mask`` ``(bs, prompt_len + response_len)`` (prompt
-  left-padded, response right-padded), ``responses`` ``(bs, response_len)``, optional
-  ``position_ids`` ``(bs, L)`` or ``(bs, C, L)`` (mrope). Output ``(bs, response_len)``, the
-  same shape and padding as verl's ``old_log_probs``; padded response positions are 0.0.
-- no-padding: ``input_ids`` nested jagged ``(bs, j)`` holding prompt + response, ``responses``
-  nested ``(bs, j)``. Output nested ``(bs, j)`` of response length.
-Multimodal: a per-sample ``multi_modal_inputs`` dict (``pixel_values``, ``image_grid_thw``, ...)
-is concatenated along dim 0 over a micro-batch and passed to the model, as verl's actor does.
+Layouts read by :func:`rows_from_batch`:
+- no-padding (what the trainer stores): ``input_ids`` jagged ``(bs, j)`` prompt + response,
+  ``responses`` jagged ``(bs, r)``, optional ``position_ids`` jagged ``(bs, j)`` or ``(bs, 4, j)``.
+- padded (in-memory DataProto): ``input_ids``/``attention_mask`` ``(bs, prompt_len + response_len)``
+  (prompt left-padded, response right-padded), ``responses`` ``(bs, response_len)``, optional
+  ``position_ids`` ``(bs, L)`` or ``(bs, C, L)``.
+Multimodal: a per-sample ``multi_modal_inputs`` dict (``pixel_values``, ``image_grid_thw``, ...) is
+concatenated along dim 0 over a micro-batch and passed to the model, as verl's actor does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from verl.single_controller.base import Worker
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils.torch_functional import logprobs_from_logits
+
+from verl_mopd.teachers.layout import TEACHER_MESH, jagged_rows, teacher_output
 from verl_mopd.teachers.router import get_field
 
-__all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "HFTeacherWorker"]
+__all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "pack_like_old_log_probs",
+           "load_teacher_model", "HFTeacherWorker"]
 
 
 @dataclass
@@ -42,13 +47,11 @@ class ScoringRow:
     mm: Mapping | None = None
 
 
-
-
 def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
     """Per-sample sequences of a DataProto / TensorDict batch.
 
     Returns ``(rows, response_len)``; ``response_len`` is the padded width, or None for the
-    nested (no-padding) layout.
+    no-padding (jagged) layout.
     """
     input_ids, responses = get_field(batch, "input_ids"), get_field(batch, "responses")
     if input_ids is None or responses is None:
@@ -61,7 +64,7 @@ def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
     rows = []
     if input_ids.is_nested:
         seqs, resps = input_ids.unbind(0), responses.unbind(0)
-        pos = position_ids.unbind(0) if position_ids is not None and position_ids.is_nested else None
+        pos = jagged_rows(position_ids) if position_ids is not None else None
         for i, (seq, resp) in enumerate(zip(seqs, resps, strict=True)):
             rows.append(ScoringRow(seq, int(resp.shape[-1]), None if pos is None else pos[i],
                                    None if mm_list is None else mm_list[i]))
@@ -109,10 +112,13 @@ def _concat_mm(items: list[Mapping | None]) -> dict:
 
 
 @torch.no_grad()
-def score_rows(model, rows: list[ScoringRow], token_budget: int, device: str | torch.device = "cpu") -> list[torch.Tensor]:
-    """Log-prob of each row's response tokens under ``model``: a list of ``(n_response_i,)`` float32.
+def score_rows(model, rows: list[ScoringRow], token_budget: int, device: str | torch.device = "cpu",
+               temperature: float = 1.0) -> list[torch.Tensor]:
+    """Log-prob of each row's response tokens under ``model`` (logits divided by ``temperature``, as
+    verl's engines do): a list of ``(n_response_i,)`` float32.
 
-    Micro-batches are right-padded (exact for a causal LM: no valid token attends to padding).
+    Micro-batches are right-padded (exact for a causal LM: no valid token attends to padding);
+    log-softmax runs only over the micro-batch's response window.
     """
     out: list[torch.Tensor | None] = [None] * len(rows)
     for mb in plan_micro_batches([len(r.tokens) for r in rows], token_budget):
@@ -136,16 +142,21 @@ def score_rows(model, rows: list[ScoringRow], token_budget: int, device: str | t
             kwargs["position_ids"] = (pos.transpose(0, 1) if pos.dim() == 3 else pos).to(device)
         mm = _concat_mm([rows[i].mm for i in mb])
         kwargs.update({k: v.to(device) for k, v in mm.items()})
-        logits = model(**kwargs).logits.float()
-        logp = logprobs_from_logits(logits[:, :-1], ids[:, 1:].to(device), inplace_backward=False)
+        # window [lo, hi) of positions that predict some row's response tokens
+        lo = min(len(rows[i].tokens) - 1 - rows[i].n_response for i in mb)
+        hi = max(len(rows[i].tokens) - 1 for i in mb)
+        logits = model(**kwargs).logits[:, lo:hi].float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        logp = logprobs_from_logits(logits, ids[:, lo + 1 : hi + 1].to(device), inplace_backward=False)
         for j, i in enumerate(mb):
             t, r = len(rows[i].tokens), rows[i].n_response
-            out[i] = logp[j, t - 1 - r : t - 1].cpu()
+            out[i] = logp[j, t - 1 - r - lo : t - 1 - lo].float().cpu()
     return out
 
 
 def pack_like_old_log_probs(per_row: list[torch.Tensor], response_len: int | None) -> torch.Tensor:
-    """Padded ``(bs, response_len)`` with 0.0 after each response, or nested when ``response_len`` is None."""
+    """Padded ``(bs, response_len)`` with 0.0 after each response, or jagged when ``response_len`` is None."""
     if response_len is None:
         return torch.nested.as_nested_tensor(per_row, layout=torch.jagged)
     out = torch.zeros(len(per_row), response_len, dtype=torch.float32)
@@ -154,57 +165,95 @@ def pack_like_old_log_probs(per_row: list[torch.Tensor], response_len: int | Non
     return out
 
 
-class HFTeacherWorker(Worker):
-    """One rank of an ``hf`` teacher: loads a ``transformers`` causal LM, scores responses.
+def load_teacher_model(model_path: str, dtype: str = "float32", trust_remote_code: bool = False):
+    """The checkpoint with an LM head, through verl's own class choice (``get_hf_auto_model_class``:
+    ``AutoModelForImageTextToText`` for Qwen3-VL / Qwen2.5-VL, ``AutoModelForCausalLM`` for LMs)."""
+    from transformers import AutoConfig, AutoModel
+    from verl.utils.model import get_hf_auto_model_class
 
-    ``config`` is a ``TeacherConfig`` (or its dict). On CPU each rank is a plain process; on
-    GPU, verl's ``Worker`` sets the visible device.
+    hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    auto_class = get_hf_auto_model_class(hf_config)
+    if auto_class is AutoModel:
+        raise ValueError(
+            f"teacher checkpoint {model_path}: architecture {getattr(hf_config, 'architectures', None)} "
+            f"(model_type {hf_config.model_type!r}) has no language-model head class in transformers; "
+            "a teacher must be a causal LM or an image-text-to-text model"
+        )
+    return auto_class.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code)
+
+
+class HFTeacherWorker(Worker):
+    """One rank of an ``hf`` teacher: loads a ``transformers`` model, scores responses.
+
+    Every rank is its own data-parallel rank of mesh ``TEACHER_MESH`` (registered the way verl's
+    ``TrainingWorker`` registers its ``train`` mesh), so the group dispatches with verl's nd-compute
+    dispatch. ``config`` is a ``TeacherConfig`` (or its dict). A ``colocated`` teacher on CUDA keeps
+    its weights on the CPU between calls (the actor's GPU memory is free for the other roles).
     """
 
-    def __init__(self, config, num_threads: int | None = None):
+    def __init__(self, config, num_threads: int | None = None, output_key: str = "teacher_logprobs"):
         super().__init__()
         from verl_mopd.teachers.config import TeacherConfig
 
         self.config = config if isinstance(config, TeacherConfig) else TeacherConfig(**dict(config))
         if num_threads is not None:
             torch.set_num_threads(num_threads)
+        self.output_key = output_key
         self.model = None
+        self.device = "cpu"
+        self.offload = False
+        self._register_dispatch_collect_info(TEACHER_MESH, dp_rank=self.rank, is_collect=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
-        from transformers import AutoModelForCausalLM
-
         cfg = self.config
         device = "cuda" if cfg.device == "cuda" and torch.cuda.is_available() else "cpu"
         if cfg.device == "cuda" and device != "cuda":
             raise RuntimeError(f"mopd.teachers.{cfg.platform}.device=cuda but this worker sees no CUDA device")
         self.device = device
-        self.model = AutoModelForCausalLM.from_pretrained(
-            cfg.model_path, dtype=getattr(torch, cfg.dtype), trust_remote_code=cfg.trust_remote_code
-        ).to(device)
-        self.model.eval()
+        self.offload = cfg.placement == "colocated" and device == "cuda"
+        self.model = load_teacher_model(cfg.model_path, cfg.dtype, cfg.trust_remote_code)
+        self.model.to("cpu" if self.offload else device).eval()
         return True
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
-    def compute_teacher_log_prob(self, data):
-        """``data``: this rank's rows (DataProto or TensorDict, padded or nested layout).
+    @contextlib.contextmanager
+    def _on_device(self):
+        """The model on its device for one call; back on the CPU afterwards when offloading."""
+        if self.offload:
+            self.model.to(self.device)
+        try:
+            yield
+        finally:
+            if self.offload:
+                self.model.to("cpu")
+                torch.cuda.empty_cache()
 
-        Returns ``{"teacher_logprobs": (bs, response_len) or nested, "teacher_time_s": float,
-        "tokens": int}``; the group collects the per-rank results itself (layout-agnostic).
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=TEACHER_MESH), blocking=False)
+    def compute_teacher_log_prob(self, data):
+        """``data``: this rank's shard, a TensorDict in the no-padding layout (``tqbridge`` has
+        already fetched it when the group dispatched a ``KVBatchMeta``).
+
+        Returns ``teacher_output``: ``{output_key: (bs, j, 1)}`` and the call's metrics.
         """
+        from verl.utils import tensordict_utils as tu
+
         if self.model is None:
             raise RuntimeError("call init_model() before compute_teacher_log_prob()")
-        start = time.perf_counter()
-        rows, response_len = rows_from_batch(data)
-        per_row = score_rows(self.model, rows, self.config.micro_batch_tokens, self.device)
-        return {
-            "teacher_logprobs": pack_like_old_log_probs(per_row, response_len),
-            "teacher_time_s": time.perf_counter() - start,
-            "tokens": int(sum(r.n_response for r in rows)),
-        }
-
-
-def response_lengths(batch) -> np.ndarray:
-    """``(bs,)`` number of response tokens per row (padded or nested layout)."""
-    rows, _ = rows_from_batch(batch)
-    return np.array([r.n_response for r in rows], dtype=np.int64)
+        started = time.perf_counter()
+        if len(data) == 0:  # a rank with no rows (fewer rows than ranks)
+            return None
+        tu.maybe_fix_3d_position_ids(data)
+        temperature = float(tu.get_non_tensor_data(data, key="temperature", default=1.0))
+        rows, width = rows_from_batch(data)
+        if width is not None:
+            raise ValueError("teacher workers take the no-padding layout (jagged input_ids); "
+                             "PlatformTeacherGroup converts padded batches before dispatch")
+        with self._on_device():
+            per_row = score_rows(self.model, rows, self.config.micro_batch_tokens, self.device, temperature)
+        full = []
+        for row, lp in zip(rows, per_row, strict=True):
+            seq = torch.zeros(len(row.tokens), dtype=torch.float32)
+            t = len(row.tokens)
+            seq[t - 1 - row.n_response : t - 1] = lp
+            full.append(seq)
+        return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, started, self.output_key)

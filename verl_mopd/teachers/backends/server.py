@@ -12,7 +12,20 @@ from typing import Any
 
 from verl_mopd.teachers.config import TeacherConfigError, TeachersConfig
 
-__all__ = ["to_distillation_config", "to_hydra_overrides", "build_verl_distillation_config"]
+__all__ = ["to_distillation_config", "to_hydra_overrides", "build_verl_distillation_config",
+           "verl_teacher_inference_defaults"]
+
+
+def verl_teacher_inference_defaults() -> dict[str, Any]:
+    """verl's default ``distillation.teacher_models.teacher_model.inference`` block
+    (``verl/trainer/config/distillation/distillation.yaml``), interpolations kept (rollout name, dtype,
+    prompt/response length and temperature follow ``actor_rollout_ref.rollout``)."""
+    from importlib import resources
+
+    from omegaconf import OmegaConf
+
+    path = resources.files("verl.trainer.config") / "distillation" / "distillation.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path).teacher_models.teacher_model.inference, resolve=False)
 
 
 def to_distillation_config(teachers: TeachersConfig, inference_defaults: dict | None = None) -> dict[str, Any]:
@@ -39,11 +52,14 @@ def to_distillation_config(teachers: TeachersConfig, inference_defaults: dict | 
         raise TeacherConfigError(errors)
     models = {}
     for platform, c in teachers.teachers.items():
-        inference = {**(inference_defaults or {}), **dict(c.inference)}
+        # verl drops its own `teacher_model` entry (and its inference defaults) when several teachers
+        # are configured, so every entry starts from that block, interpolations included
+        inference = {**verl_teacher_inference_defaults(), **(inference_defaults or {}), **dict(c.inference)}
         inference.update(tensor_model_parallel_size=c.tensor_model_parallel_size,
                          pipeline_model_parallel_size=c.pipeline_model_parallel_size,
                          data_parallel_size=1)
-        inference.setdefault("dtype", c.dtype)
+        if "dtype" not in c.inference and "dtype" not in (inference_defaults or {}):
+            inference["dtype"] = c.dtype
         models[platform] = {"key": platform, "model_path": c.model_path, "num_replicas": c.data_parallel_size,
                             "inference": inference}
     if len(models) == 1:
@@ -76,9 +92,13 @@ def to_hydra_overrides(teachers: TeachersConfig) -> list[str]:
     return out
 
 
-def build_verl_distillation_config(teachers: TeachersConfig, distillation_loss: dict | None = None,
+def build_verl_distillation_config(teachers: TeachersConfig, *, rollout, distillation_loss: dict | None = None,
                                    inference_defaults: dict | None = None):
-    """verl's ``DistillationConfig`` from our block: runs verl's own validation (pool sizes, keys)."""
+    """verl's ``DistillationConfig`` from our block: runs verl's own validation (pool sizes, keys).
+
+    ``rollout``: the run's ``actor_rollout_ref.rollout`` block (or a dict with at least ``name``,
+    ``prompt_length``, ``response_length``), which verl's inference defaults interpolate.
+    """
     from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import DistillationConfig
@@ -95,7 +115,9 @@ def build_verl_distillation_config(teachers: TeachersConfig, distillation_loss: 
     cfg = {**block, "teacher_models": typed, "_target_": "verl.workers.config.DistillationConfig",
            "distillation_loss": {"_target_": "verl.workers.config.DistillationLossConfig",
                                  **(distillation_loss or {"loss_mode": "k3", "use_policy_gradient": False})}}
+    rollout = OmegaConf.to_container(rollout, resolve=True) if OmegaConf.is_config(rollout) else dict(rollout)
+    root = {"distillation": cfg, "actor_rollout_ref": {"rollout": rollout}}
     # as verl's v1 trainer does: `omega_conf_to_dataclass(config.distillation)` (hydra instantiate)
-    out = omega_conf_to_dataclass(OmegaConf.create(cfg))
+    out = omega_conf_to_dataclass(OmegaConf.create(root).distillation)
     assert isinstance(out, DistillationConfig)
     return out
