@@ -130,8 +130,9 @@ def test_verls_teacher_loop_block_equals_the_translation_of_the_mopd_teachers(da
 
     cfg = _compose(data_dir)
     verl_cfg = omega_conf_to_dataclass(cfg.distillation)  # verl's own checks: keys, pool sum
-    ours = build_verl_distillation_config(hooks.teachers_config_from(cfg), OmegaConf.to_container(
-        cfg.distillation.distillation_loss, resolve=True), inference_defaults={"name": "sglang"})
+    ours = build_verl_distillation_config(
+        hooks.teachers_config_from(cfg), rollout=cfg.actor_rollout_ref.rollout,
+        distillation_loss=OmegaConf.to_container(cfg.distillation.distillation_loss, resolve=True))
     assert verl_cfg.teacher_key == ours.teacher_key == "domain"
     assert (verl_cfg.n_gpus_per_node, verl_cfg.nnodes) == (ours.n_gpus_per_node, ours.nnodes) == (1, 3)
     assert sorted(verl_cfg.teacher_models) == sorted(ours.teacher_models) == sorted(DOMAINS)

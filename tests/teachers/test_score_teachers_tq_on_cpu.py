@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from verl_mopd.teachers.config import TeachersConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
-from verl_mopd.trainer.mopd_trainer import dump_scored_samples, score_teachers
+from verl_mopd.trainer.hooks import dump_scored_samples, score_teachers
 
 
 def _nbytes(obj) -> int:

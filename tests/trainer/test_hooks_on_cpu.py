@@ -71,7 +71,7 @@ def test_lazy_reexports_and_our_trainer_uses_the_same_functions():
     from verl_mopd.trainer.hooks import compute_kl_gate, score_teachers, write_kl_gate
 
     assert (write_kl_gate, compute_kl_gate) == (gate.write_kl_gate, gate.compute_kl_gate)
-    assert score_teachers is mopd_trainer.score_teachers
+    assert score_teachers is hooks.score_teachers and 'score_teachers' not in vars(mopd_trainer)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         hooks.nope  # noqa: B018
     for name in ("gate_config_from", "teachers_config_from", "distillation_loss_fn", "setup_teachers_and_loss",

@@ -119,7 +119,9 @@ def test_teacher_logprobs_full_sequence_layout_round_trips_through_verl():
 
     prompt_lens, resp_lens = torch.tensor([3, 5, 2]), torch.tensor([4, 2, 6])
     resp = torch.randn(3, 6)
-    full = mopd_trainer.to_full_sequence(resp, prompt_lens, resp_lens)
+    from verl_mopd.teachers.layout import to_full_sequence
+
+    full = to_full_sequence(resp, prompt_lens, resp_lens)
     data = TensorDict({
         "prompts": torch.nested.as_nested_tensor([torch.zeros(int(p)) for p in prompt_lens], layout=torch.jagged),
         "responses": torch.nested.as_nested_tensor([torch.zeros(int(r)) for r in resp_lens], layout=torch.jagged),

@@ -49,6 +49,7 @@ are deferred: ``mopd_trainer`` imports this module while ``import verl`` loads o
 from __future__ import annotations
 
 import importlib
+import os
 from functools import partial
 from typing import Any
 
@@ -73,7 +74,6 @@ __all__ = [
 _LAZY = {
     "write_kl_gate": "verl_mopd.trainer.gate",
     "compute_kl_gate": "verl_mopd.trainer.gate",
-    "score_teachers": "verl_mopd.trainer.mopd_trainer",
 }
 
 
@@ -241,5 +241,52 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
     metrics = _lazy("write_kl_gate")(batch, gate, tq=tq, think_end_token_id=token_id)
     if teachers is not None:
-        metrics.update(_lazy("score_teachers")(teachers, batch, tq))
+        metrics.update(score_teachers(teachers, batch, tq))
     return metrics
+
+
+TEACHER_DUMP_ENV = "VERL_MOPD_TEACHER_DUMP"
+
+
+def score_teachers(group, batch, tq) -> dict:
+    """Score a step's stored samples with their platforms' teachers; ``teacher_logprobs`` is stored
+    for every sample in the layout verl's distillation loss reads.
+
+    The gate ``mopd_kl_mask`` is already stored, so gated-off samples go to no teacher. The driver
+    hands each teacher group a ``KVBatchMeta`` of its rows; the workers fetch their shards (images
+    included) from TransferQueue and store their results themselves
+    (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
+    """
+    metrics = group.score_transfer_queue(batch, tq)
+    if os.environ.get(TEACHER_DUMP_ENV):
+        dump_scored_samples(group, batch, tq, os.environ[TEACHER_DUMP_ENV])
+    return metrics
+
+
+def dump_scored_samples(group, batch, tq, folder: str, per_platform: int = 4) -> str:
+    """Diagnostic (``scripts/gpu_smoke.sh`` sets ``VERL_MOPD_TEACHER_DUMP``): save up to
+    ``per_platform`` scored samples per platform as ``{platform, input_ids, teacher}`` with the stored
+    ``teacher_logprobs`` cut to the response as verl's loss reads them. Returns the file written."""
+    import time
+
+    import torch
+
+    cfg = group.config
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                           select_fields=[cfg.routing_key, cfg.mask_key, "input_ids", "responses", cfg.output_key])
+    gate = data[cfg.mask_key] if cfg.mask_key in data.keys() else torch.ones(len(batch.keys))
+    rows, count = [], {}
+    for i, (platform, seq, resp, full) in enumerate(zip(list(data[cfg.routing_key]), data["input_ids"].unbind(0),
+                                                        data["responses"].unbind(0),
+                                                        data[cfg.output_key].unbind(0), strict=True)):
+        platform = str(platform)
+        if float(gate[i]) <= 0 or (batch.tags and batch.tags[i].get("is_padding")) or count.get(platform, 0) >= per_platform:
+            continue
+        count[platform] = count.get(platform, 0) + 1
+        p, r = len(seq) - len(resp), len(resp)
+        rows.append({"platform": platform, "input_ids": seq, "teacher": full[p - 1 : p - 1 + r, 0].clone()})
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"teacher_{time.time_ns()}.pt")
+    torch.save(rows, path)
+    return path
+

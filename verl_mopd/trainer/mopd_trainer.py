@@ -49,7 +49,6 @@ from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay im
 logger = logging.getLogger(__name__)
 
 HELD_PROMPTS_FILE = "mopd_held_prompts.pt"
-TEACHER_DUMP_ENV = "VERL_MOPD_TEACHER_DUMP"
 
 #: our trainer_mode -> the verl trainer_mode whose semantics it keeps
 MOPD_TRAINER_MODES = {
@@ -210,56 +209,3 @@ class MOPDTrainerSeparateAsync(MOPDTrainerMixin, PPOTrainerSeparateAsync):
 @register_trainer("mopd_colocate_async")
 class MOPDTrainerColocateAsync(MOPDTrainerMixin, PPOTrainerColocateAsync):
     """verl's colocate-async v1 trainer with the MOPD hooks."""
-
-
-def to_full_sequence(response_logp, prompt_lens, response_lens):
-    """Response-only log-probs -> verl's full-sequence ``teacher_logprobs`` layout (``(p + r, 1)`` per
-    sample, position ``p`` holding the log-prob of token ``p + 1``); see
-    ``verl_mopd.teachers.layout.to_full_sequence``."""
-    from verl_mopd.teachers.layout import to_full_sequence as _to_full_sequence
-
-    return _to_full_sequence(response_logp, prompt_lens, response_lens)
-
-
-def score_teachers(group, batch, tq) -> dict:
-    """Score a step's stored samples with their platforms' teachers; ``teacher_logprobs`` is stored
-    for every sample in the layout verl's distillation loss reads.
-
-    The gate ``mopd_kl_mask`` is already stored, so gated-off samples go to no teacher. The driver
-    hands each teacher group a ``KVBatchMeta`` of its rows; the workers fetch their shards (images
-    included) from TransferQueue and store their results themselves
-    (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
-    """
-    metrics = group.score_transfer_queue(batch, tq)
-    if os.environ.get(TEACHER_DUMP_ENV):
-        dump_scored_samples(group, batch, tq, os.environ[TEACHER_DUMP_ENV])
-    return metrics
-
-
-def dump_scored_samples(group, batch, tq, folder: str, per_platform: int = 4) -> str:
-    """Diagnostic (``scripts/gpu_smoke.sh`` sets ``VERL_MOPD_TEACHER_DUMP``): save up to
-    ``per_platform`` scored samples per platform as ``{platform, input_ids, teacher}`` with the stored
-    ``teacher_logprobs`` cut to the response as verl's loss reads them. Returns the file written."""
-    import time
-
-    import torch
-
-    cfg = group.config
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                           select_fields=[cfg.routing_key, cfg.mask_key, "input_ids", "responses", cfg.output_key])
-    gate = data[cfg.mask_key] if cfg.mask_key in data.keys() else torch.ones(len(batch.keys))
-    rows, count = [], {}
-    for i, (platform, seq, resp, full) in enumerate(zip(list(data[cfg.routing_key]), data["input_ids"].unbind(0),
-                                                        data["responses"].unbind(0),
-                                                        data[cfg.output_key].unbind(0), strict=True)):
-        platform = str(platform)
-        if float(gate[i]) <= 0 or (batch.tags and batch.tags[i].get("is_padding")) or count.get(platform, 0) >= per_platform:
-            continue
-        count[platform] = count.get(platform, 0) + 1
-        p, r = len(seq) - len(resp), len(resp)
-        rows.append({"platform": platform, "input_ids": seq, "teacher": full[p - 1 : p - 1 + r, 0].clone()})
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"teacher_{time.time_ns()}.pt")
-    torch.save(rows, path)
-    return path
-
