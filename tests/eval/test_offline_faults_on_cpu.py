@@ -220,10 +220,10 @@ def layout(tmp_path):
         ({"image": "shots/a.png"}, None),  # relative to the data file's folder
         ("shots/a.png", None),
         ({"path": "file://{root}/data/shots/a.png"}, None),
-        ({"image": "/etc/passwd"}, "lies outside the image root"),
-        ({"image": "../secret.txt"}, "lies outside the image root"),
-        ({"path": "shots/../../outside.png"}, "lies outside the image root"),
-        ({"image": "link.png"}, "lies outside the image root"),  # a symlink out of the root
+        ({"image": "/etc/passwd"}, "outside the data root"),
+        ({"image": "../secret.txt"}, "outside the data root"),
+        ({"path": "shots/../../outside.png"}, "outside the data root"),
+        ({"image": "link.png"}, "outside the data root"),  # a symlink out of the root
         ({"image": "notes.png"}, "not an image"),
         ({"bytes": b"#!/bin/sh\necho hi\n"}, "not an image"),
         ({"image": "shots/missing.png"}, "no such image file"),

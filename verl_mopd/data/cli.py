@@ -57,6 +57,7 @@ from verl_mopd.data.trajectories import (
     read_jsonl,
     write_jsonl,
 )
+from verl_mopd.errors import UsageError
 
 MANIFEST = "manifest.json"
 OUTPUTS = ("rl", "sft", "cleaned.jsonl", "dropped.jsonl", "report.json", MANIFEST)  # what a run writes
@@ -64,7 +65,7 @@ JUDGE_CACHE = "judge_cache"
 SHOW = 10  # problems printed in full; the rest are in dropped.jsonl / report.json
 
 
-class PrepareError(ValueError):
+class PrepareError(UsageError):
     """A mistake in the ``prepare`` command line or its files; the message names the option."""
 
 

@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import identify, read_screenshot
 from verl_mopd.data.trajectories import Step, Trajectory
+from verl_mopd.files import atomic_write
 
 SCORE_THRESHOLD = 70.0
 
@@ -352,14 +353,8 @@ class OpenAIJudge:
 
     def _store(self, path: str, t: Trajectory, text: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"trajectory": t.id, "model": self.config.model, "answer": text}, f, ensure_ascii=False)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        with atomic_write(path) as f:
+            json.dump({"trajectory": t.id, "model": self.config.model, "answer": text}, f, ensure_ascii=False)
 
     def verdict(self, t: Trajectory) -> Verdict | UnreadableVerdict:
         c = self.config

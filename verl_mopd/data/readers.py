@@ -75,6 +75,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from verl_mopd.data.images import DataRoots
 from verl_mopd.data.trajectories import Drop, SchemaError, Step, Trajectory, iter_jsonl, parse_drop
+from verl_mopd.files import atomic_write
 
 # ----------------------------------------------------------------------------- AgentNet / PyAutoGUI
 
@@ -391,14 +392,8 @@ def _pixels(v: Any, where: str) -> int:
 
 def _write_png(path: str, data: bytes) -> None:
     """Atomically (no torn file is left for a later run to trust)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(path, "wb") as f:
+        f.write(data)
 
 
 def android_control_to_trajectory(

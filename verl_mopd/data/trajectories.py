@@ -80,6 +80,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from verl_mopd.data.images import MISSING, DataRoots, ImageIndex
+from verl_mopd.files import atomic_write
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
@@ -405,17 +406,11 @@ def drop_duplicate_ids(trajectories: Iterable[Trajectory], drops: list[Drop]) ->
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: str) -> int:
     """Write atomically (temp file + rename; no temp file is left on failure); returns the number written."""
-    tmp = f"{path}.tmp"
     n = 0
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for t in trajectories:
-                f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
-                n += 1
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(path) as f:
+        for t in trajectories:
+            f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
+            n += 1
     return n
 
 

@@ -36,13 +36,13 @@ Every image must decode as a PNG, JPEG, GIF or WebP, so no other local file is e
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
+from verl_mopd.data.images import DataRoots, identify
 from verl_mopd.errors import UsageError
 from verl_mopd.eval.messages import expand_images
 from verl_mopd.files import atomic_write, json_line, json_text
@@ -77,51 +77,36 @@ def sample_id(extra: Mapping[str, Any], index: int) -> str:
     return str(index)
 
 
-IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "WEBP")  # what the data: URL's MIME type can name
-
-
 def checked_image(data: bytes, where: str) -> bytes:
-    """``data`` if it decodes as one of :data:`IMAGE_FORMATS`, else ValueError naming ``where``."""
-    from PIL import Image, UnidentifiedImageError
-
+    """``data`` if it is a usable image (``verl_mopd.data.images.identify``: the formats and checks
+    of ``prepare``'s ``screenshots`` rule), else ValueError naming ``where``."""
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            fmt = im.format
-            im.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-        raise ValueError(f"{where}: not an image ({type(e).__name__}: {e})") from None
-    if fmt not in IMAGE_FORMATS:
-        raise ValueError(f"{where}: a {fmt} image; allowed {list(IMAGE_FORMATS)}")
+        identify(data)
+    except ValueError as e:
+        raise ValueError(f"{where}: not an image ({e})") from None
     return data
 
 
-@dataclass(frozen=True)
-class ImageFolders:
+def image_folders(base: str, image_root: str | None = None) -> DataRoots:
     """Where image paths in the data are read: relative ones against ``base`` (the data file's
-    folder), and every one only inside ``root`` (``--image-root``, default ``base``)."""
-
-    base: str
-    root: str
+    folder), and every one, resolved with symlinks, only inside ``image_root`` (default ``base``)."""
+    return DataRoots(os.path.abspath(base), (os.path.realpath(image_root if image_root is not None else base),))
 
 
-def _image_file(path: str, folders: ImageFolders, where: str) -> bytes:
-    """Read an image path from the data, resolved against ``base`` and kept inside ``root``."""
+def _image_file(path: str, folders: DataRoots, where: str) -> bytes:
+    """Read an image path from the data, resolved against the data folder and kept inside the root."""
     if path.startswith("file://"):
         path = path[len("file://") :]
-    full = os.path.realpath(os.path.join(folders.base, path))
-    root = os.path.realpath(folders.root)
-    if not full.startswith(root.rstrip(os.sep) + os.sep):
-        raise ValueError(
-            f"{where}={path!r} lies outside the image root {folders.root}; images are read only below it "
-            "(set --image-root to the folder that holds them)"
-        )
+    full, refused = folders.resolve(path)
+    if refused:
+        raise ValueError(f"{where}={path!r} {refused}; images are read only below it")
     if not os.path.isfile(full):
         raise ValueError(f"{where}={path!r}: no such image file ({full})")
     with open(full, "rb") as f:
         return checked_image(f.read(), where)
 
 
-def _resolve_image(image: Any, folders: ImageFolders, where: str) -> Any:
+def _resolve_image(image: Any, folders: DataRoots, where: str) -> Any:
     """An ``images`` entry (or an inline prompt image) with any path replaced by checked bytes."""
     if isinstance(image, (bytes, bytearray)):
         return checked_image(bytes(image), where)
@@ -140,7 +125,7 @@ def _as_bytes(resolved: Any) -> bytes:
     return resolved["bytes"] if isinstance(resolved, Mapping) else resolved
 
 
-def _resolve_prompt(prompt: Any, folders: ImageFolders) -> Any:
+def _resolve_prompt(prompt: Any, folders: DataRoots) -> Any:
     """Inline images of list-form prompt contents, resolved as :func:`_resolve_image` does."""
     if not isinstance(prompt, list):
         return prompt
@@ -158,12 +143,12 @@ def _resolve_prompt(prompt: Any, folders: ImageFolders) -> Any:
     return out
 
 
-def sample_from_row(row: Mapping[str, Any], index: int, images: ImageFolders | None = None) -> StepSample:
+def sample_from_row(row: Mapping[str, Any], index: int, images: DataRoots | None = None) -> StepSample:
     """A parquet row -> :class:`StepSample`; raises ValueError naming the row and field.
 
     ``images``: where image paths are read (default: relative to and inside the current directory).
     """
-    folders = images if images is not None else ImageFolders(os.getcwd(), os.getcwd())
+    folders = images if images is not None else image_folders(os.getcwd())
     row = {k: to_plain(v) for k, v in row.items()}
     missing = [c for c in REQUIRED_COLUMNS if c not in row]
     if missing:
@@ -209,7 +194,7 @@ def load_samples(
     if not files:
         raise UsageError(f"--data={path}: no .parquet files in the folder")
     base = path if is_dir else os.path.dirname(os.path.abspath(path))
-    folders = ImageFolders(base, image_root if image_root is not None else base)
+    folders = image_folders(base, image_root)
     keep = set(platforms) if platforms else None
     samples: list[StepSample] = []
     n = 0

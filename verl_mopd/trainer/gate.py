@@ -19,7 +19,6 @@ How gated-off samples count in the token-mean (``mopd.normalization``):
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import torch
