@@ -141,7 +141,7 @@ def _agentnet_image_dirs(args: argparse.Namespace) -> list[str]:
         dirs = given * len(args.agentnet)
     else:
         dirs = given or [agentnet_image_dir(p) for p in args.agentnet]
-    for path, folder in zip(args.agentnet, dirs):
+    for path, folder in zip(args.agentnet, dirs, strict=True):
         if not os.path.isdir(folder):
             how = "given" if given else "default"
             raise PrepareError(
@@ -206,7 +206,7 @@ def _read_all(args: argparse.Namespace, agentnet_dirs: list[str], drops: list[Dr
     roots = args.image_root
     for p in args.input:
         yield from read_jsonl(p, drops, roots)
-    for p, folder in zip(args.agentnet, agentnet_dirs):
+    for p, folder in zip(args.agentnet, agentnet_dirs, strict=True):
         yield from read_agentnet(p, folder, drops=drops, roots=roots)
     for p in args.android_control:
         yield from read_android_control(

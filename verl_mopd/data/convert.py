@@ -376,7 +376,7 @@ def convert(
                 part = split[t.id]
                 data = None
                 if cfg.image_mode == "bytes":
-                    data = dict(zip((s.screenshot for s in t.steps), pool.map(read, t.steps)))
+                    data = dict(zip((s.screenshot for s in t.steps), pool.map(read, t.steps), strict=True))
                 rl_rows, sft_rows = trajectory_rows(t, part, cfg, data)
                 for row in rl_rows:
                     sink(f"rl/{part}.parquet", rl_type).add(row, _row_bytes(row))

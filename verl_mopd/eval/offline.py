@@ -299,7 +299,7 @@ def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
         cells.append(" ".join(f"{k}:{v}" for k, v in m["reward_hist"].items()))
         rows.append(cells)
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
