@@ -237,9 +237,11 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     """
     from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
 
+    from verl_mopd.trainer.gate import write_kl_gate
+
     tq = trainer_base.tq
     token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
-    metrics = _lazy("write_kl_gate")(batch, gate, tq=tq, think_end_token_id=token_id)
+    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id)
     if teachers is not None:
         metrics.update(score_teachers(teachers, batch, tq))
     return metrics
