@@ -8,7 +8,8 @@ runs alone as ``python -m verl_mopd.data``.
 
 Outcome: exit 0 when something was kept; 1 when nothing was kept (no parquet to train on), or
 with ``--strict`` when an input line was dropped as ``parse``. A mistake in the command line or
-its files raises :class:`PrepareError` (a ValueError naming the option) before anything is written.
+its files raises :class:`PrepareError` (a :class:`~verl_mopd.errors.UsageError` naming the option)
+before anything is written: one line and exit code 2 from ``verl-mopd``'s error boundary.
 
 Outputs are replaced as a whole: a run writes into a fresh folder beside ``--out``
 (``.<name>.prepare-<pid>-*``) and swaps it in at the end, so ``--out`` holds exactly one run's
@@ -467,14 +468,10 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = add_prepare_arguments(
-        argparse.ArgumentParser(prog="verl-mopd prepare", description=__doc__.split("\n")[0])
-    )
-    args = parser.parse_args(argv)
-    try:
-        return run_prepare(args)
-    except (ValueError, OSError) as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    """``python -m verl_mopd.data``: the same command, behind ``verl-mopd``'s error boundary."""
+    from verl_mopd.cli import main as cli_main
+
+    return cli_main(["prepare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
