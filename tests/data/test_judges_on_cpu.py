@@ -206,3 +206,19 @@ def test_offline_malformed_verdicts_are_counted_not_raised(tmp_path):
     kept, drops = clean(ts, CleanConfig())
     assert not kept and [d.kind for d in drops] == ["unreadable"] * 3
     assert "b0" in drops[0].detail and "subtasks[0]" in drops[0].detail
+
+
+def test_a_lone_surrogate_in_an_answer_is_cached_and_written_not_a_crash(tmp_path):
+    import json
+
+    # a server that cuts an emoji in half sends an escaped lone surrogate, which json.loads keeps
+    answers = {"do s0": GOOD_ANSWER + " \ud83d", "do s1": "no verdict \udc00 here"}
+    src = _jsonl(tmp_path, [record(str(tmp_path), tid=f"s{i}", judge=None) for i in range(2)])
+    out = tmp_path / "out"
+    with _Server(answers) as srv:
+        assert _prepare(src, out, srv.url) == 0
+        assert [t["id"] for t in map(json.loads, open(out / "cleaned.jsonl"))] == ["s0"]
+        assert _dropped(out)["s1"]["kind"] == "unreadable"
+        assert _prepare(src, out, srv.url, "--overwrite") == 0
+        asked = ["do s0" in r["body"]["messages"][0]["content"][0]["text"] for r in srv.requests]
+        assert asked.count(True) == 1  # s0's answer was read back from its cache file (s1's, unreadable, is re-asked)

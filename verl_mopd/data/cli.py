@@ -59,6 +59,7 @@ from verl_mopd.data.trajectories import (
     write_jsonl,
 )
 from verl_mopd.errors import UsageError
+from verl_mopd.files import json_line, json_text
 
 MANIFEST = "manifest.json"
 OUTPUTS = ("rl", "sft", "cleaned.jsonl", "dropped.jsonl", "report.json", MANIFEST)  # what a run writes
@@ -284,7 +285,7 @@ def _judge(args: argparse.Namespace):
 
 def _write_json(obj: Any, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write(json_text(obj, indent=2))
 
 
 def _staging_prefix(out: str) -> str:
@@ -446,7 +447,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         write_jsonl(kept, os.path.join(staging, "cleaned.jsonl"))
         with open(os.path.join(staging, "dropped.jsonl"), "w", encoding="utf-8") as f:
             for d in drops:
-                f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
+                f.write(json_line(asdict(d)))
         result = convert(kept, staging, conv_cfg, progress=progress, images=images)
         report["outputs"] = result
         _write_json(report, os.path.join(staging, "report.json"))

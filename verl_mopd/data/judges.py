@@ -45,7 +45,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import identify, read_screenshot
 from verl_mopd.data.trajectories import Step, Trajectory
-from verl_mopd.files import atomic_write
+from verl_mopd.files import atomic_write, json_text
 
 SCORE_THRESHOLD = 70.0
 
@@ -354,7 +354,7 @@ class OpenAIJudge:
     def _store(self, path: str, t: Trajectory, text: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_write(path) as f:
-            json.dump({"trajectory": t.id, "model": self.config.model, "answer": text}, f, ensure_ascii=False)
+            f.write(json_text({"trajectory": t.id, "model": self.config.model, "answer": text}))
 
     def verdict(self, t: Trajectory) -> Verdict | UnreadableVerdict:
         c = self.config

@@ -81,7 +81,7 @@ from itertools import pairwise
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from verl_mopd.data.images import MISSING, DataRoots, ImageIndex
-from verl_mopd.files import atomic_write
+from verl_mopd.files import atomic_write, json_line
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
@@ -410,7 +410,7 @@ def write_jsonl(trajectories: Iterable[Trajectory], path: str) -> int:
     n = 0
     with atomic_write(path) as f:
         for t in trajectories:
-            f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
+            f.write(json_line(trajectory_to_dict(t)))
             n += 1
     return n
 
