@@ -28,9 +28,10 @@ mixes two models. A torn last line (a crash mid-write) is cut off before appendi
 line before it is an error naming ``results.jsonl:N``. One process writes a folder at a time
 (a lock on ``results.jsonl``); ``report.json`` and ``run.json`` are written atomically.
 
-Images: ``bytes`` are used as they are; a relative path is resolved against the data file's
-folder, and every path must lie inside ``image_root`` (default: that folder; symlinks resolved).
-Every image must decode as a PNG, JPEG, GIF or WebP, so no other local file is ever sent.
+Images: a relative path is resolved against the data file's folder, and every path must lie
+inside ``image_root`` (default: that folder; symlinks resolved). Every image, ``bytes`` included,
+must pass ``prepare``'s image check (a PNG, JPEG or WebP that Pillow reads through,
+:func:`verl_mopd.data.images.identify`), so no other local file is ever sent.
 """
 
 from __future__ import annotations
