@@ -74,7 +74,7 @@ def main() -> None:
     print(f"{'path':<28}{'ms / batch':>12}{'rollouts/s':>14}{'x json.loads':>14}")
     print(f"{'json.loads (calls only)':<28}{t_json * 1e3:>12.2f}{args.n / t_json:>14,.0f}{1.0:>14.1f}")
     for mode in ("strict", "ui_mopd"):
-        t = bench(lambda: [compute_score("bench", s, gt, None, mode=mode) for s, gt, _ in rows], args.repeats)
+        t = bench(lambda mode=mode: [compute_score("bench", s, gt, None, mode=mode) for s, gt, _ in rows], args.repeats)
         print(f"{'compute_score ' + mode:<28}{t * 1e3:>12.2f}{args.n / t:>14,.0f}{t / t_json:>14.1f}")
     levels = [compute_score("bench", s, gt)["score"] for s, gt, _ in rows]
     print("levels (strict):", {lv: levels.count(lv) for lv in (1.0, -0.5, -1.0)})

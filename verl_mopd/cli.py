@@ -17,8 +17,9 @@ naming the option or ``file:line``, and the exit code is 2; which exceptions cou
 mistakes is defined in :mod:`verl_mopd.errors` (raise ``verl_mopd.errors.UsageError`` for new
 ones). Anything else is a bug and keeps its traceback. ``--debug`` anywhere on the command line
 (or ``VERL_MOPD_DEBUG=1``) shows the traceback of user errors too. Exit codes: 0 success, 1 the
-command ran and found problems (``validate-recipe``) or failures (``eval offline``), 2 a user
-mistake (argparse's own errors included), 130 interrupted.
+command ran and found problems (``validate-recipe``), failures (``eval offline``) or nothing to
+keep (``prepare``; with ``--strict``, unreadable lines), 2 a user mistake (argparse's own errors
+included), 130 interrupted.
 """
 
 from __future__ import annotations

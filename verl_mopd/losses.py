@@ -17,7 +17,7 @@ per token, i.e. the FORWARD KL (mass-covering; what an SFT on teacher samples wo
 at every state h_t the student visits: sum_t E_{h_t~S}[ grad KL(T(.|h_t) || S(.|h_t)) ] (the
 states come from the student, not the teacher). Using k1 as a policy-gradient reward, or
 backpropagating k2, gives the reverse KL instead.
-``tests/test_losses_on_cpu.py`` checks this identity exactly on an enumerable toy policy.
+``tests/loss/test_losses_on_cpu.py`` checks this identity exactly on an enumerable toy policy.
 
 What is reused from verl 0.9.1: ``verl.trainer.ppo.core_algos.agg_loss`` for aggregation (so the
 loss is invariant to data/sequence-parallel sizes and micro-batching exactly as verl's is), and

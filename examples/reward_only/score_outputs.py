@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     rows = read_outputs(args.path)
     results = score_rows(rows, args.mode)
-    for row, r in list(zip(rows, results))[: args.show]:
+    for row, r in list(zip(rows, results, strict=True))[: args.show]:
         print(f"{r['score']:+5.1f}  {r['platform']:<8} {r['reason']:<22} {row.get('id', '')}  "
               f"{row.get('note', '')}")
     summary = summarize(results)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from _data_helpers import record
-from local_http import LocalJSONServer
+from local_http import LocalJSONServer, RawServer, http_response
 
 from verl_mopd.data.judges import JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge, Verdict, parse_verdict_text
 from verl_mopd.data.trajectories import CleanConfig, clean, trajectory_from_dict
@@ -72,10 +72,10 @@ def test_openai_judge_drops_incomplete_and_caches(tmp_path, monkeypatch):
 
 
 def test_openai_judge_retries_server_errors_and_fails_loudly(tmp_path, monkeypatch):
-    import verl_mopd.data.judges as jm
+    import verl_mopd.eval.clients as clients
 
     sleeps = []
-    monkeypatch.setattr(jm.time, "sleep", sleeps.append)  # the backoff, not the client, is replaced
+    monkeypatch.setattr(clients.time, "sleep", sleeps.append)  # the backoff, not the client, is replaced
     trajs = _trajs(str(tmp_path))[:1]
     with _Server(ANSWERS, fail_first=2) as srv:
         (v,) = OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=2, max_images=0)).verdicts(trajs)
@@ -88,6 +88,32 @@ def test_openai_judge_retries_server_errors_and_fails_loudly(tmp_path, monkeypat
         with pytest.raises(JudgeError, match=r"HTTP 503"):
             OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=1, max_images=0)).verdicts(trajs)
         assert len(srv.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        http_response("HTTP/1.1 200 OK", b'{"choices": [{"mess', length=4000),  # connection dropped mid-body
+        b"NOT HTTP\r\n\r\n",  # a garbled status line
+        http_response("HTTP/1.1 502 Bad Gateway", b"<html>proxy</html>"),  # a proxy's error page
+    ],
+    ids=["incomplete_read", "bad_status_line", "proxy_502"],
+)
+def test_a_dropped_or_garbled_answer_is_retried_not_a_traceback(tmp_path, monkeypatch, fault):
+    import json
+
+    import verl_mopd.eval.clients as clients
+
+    monkeypatch.setattr(clients.time, "sleep", lambda s: None)
+    (t,) = _trajs(str(tmp_path))[:1]
+    content = json.dumps(ANSWERS["do done"])
+    good = http_response("HTTP/1.1 200 OK", ('{"choices": [{"message": {"content": %s}}]}' % content).encode())
+    with RawServer([fault, good]) as srv:
+        (v,) = OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=2, max_images=0)).verdicts([t])
+        assert v.all_completed and srv.requests == 2
+    with RawServer([fault]) as srv:  # never recovers: the run stops with a JudgeError naming it
+        with pytest.raises(JudgeError, match="gave up after 2 attempts"):
+            OpenAIJudge(JudgeConfig(srv.url, "m", max_retries=1, max_images=0)).verdicts([t])
 
 
 def test_offline_judge_and_verdict_parsing(tmp_path):
@@ -206,3 +232,19 @@ def test_offline_malformed_verdicts_are_counted_not_raised(tmp_path):
     kept, drops = clean(ts, CleanConfig())
     assert not kept and [d.kind for d in drops] == ["unreadable"] * 3
     assert "b0" in drops[0].detail and "subtasks[0]" in drops[0].detail
+
+
+def test_a_lone_surrogate_in_an_answer_is_cached_and_written_not_a_crash(tmp_path):
+    import json
+
+    # a server that cuts an emoji in half sends an escaped lone surrogate, which json.loads keeps
+    answers = {"do s0": GOOD_ANSWER + " \ud83d", "do s1": "no verdict \udc00 here"}
+    src = _jsonl(tmp_path, [record(str(tmp_path), tid=f"s{i}", judge=None) for i in range(2)])
+    out = tmp_path / "out"
+    with _Server(answers) as srv:
+        assert _prepare(src, out, srv.url) == 0
+        assert [t["id"] for t in map(json.loads, open(out / "cleaned.jsonl"))] == ["s0"]
+        assert _dropped(out)["s1"]["kind"] == "unreadable"
+        assert _prepare(src, out, srv.url, "--overwrite") == 0
+        asked = ["do s0" in r["body"]["messages"][0]["content"][0]["text"] for r in srv.requests]
+        assert asked.count(True) == 1  # s0's answer was read back from its cache file (s1's, unreadable, is re-asked)

@@ -3,12 +3,11 @@
 import fcntl
 import json
 import os
-import socketserver
-import threading
 import types
 
 import pytest
 from _eval_fixtures import CASES, RESPONSES, png, rows, write_parquet
+from local_http import RawServer, http_response
 
 from verl_mopd.errors import UsageError
 from verl_mopd.eval import clients
@@ -20,51 +19,9 @@ QUICK = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=0.05, jitter=0.0)
 MSGS = [{"role": "user", "content": [{"type": "text", "text": "[d0] go"}]}]
 
 
-def _http(status_line: str, body: bytes, headers=(), length=None) -> bytes:
-    head = [status_line, "Content-Type: application/json", f"Content-Length: {len(body) if length is None else length}",
-            *headers, "", ""]
-    return "\r\n".join(head).encode() + body
-
-
 def _answer(content: str) -> bytes:
     body = '{"choices": [{"index": 0, "message": {"role": "assistant", "content": %s}}]}' % content
-    return _http("HTTP/1.1 200 OK", body.encode())
-
-
-class RawServer:
-    """A TCP server that answers the n-th request with ``script[n]`` raw bytes (the last one repeats)
-    and then closes the connection; it can lie about lengths, garble status lines, and so on."""
-
-    def __init__(self, script):
-        self.script, self.requests = list(script), 0
-        outer = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self):
-                length = 0
-                while True:
-                    line = self.rfile.readline()
-                    if line in (b"\r\n", b"\n", b""):
-                        break
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                self.rfile.read(length)
-                n = outer.requests
-                outer.requests += 1
-                self.wfile.write(outer.script[min(n, len(outer.script) - 1)])
-                self.wfile.flush()
-
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+    return http_response("HTTP/1.1 200 OK", body.encode())
 
 
 GOOD = _answer('"</think><tool_call>{\\"name\\": \\"mobile_use\\"}</tool_call>"')
@@ -73,10 +30,10 @@ GOOD = _answer('"</think><tool_call>{\\"name\\": \\"mobile_use\\"}</tool_call>"'
 @pytest.mark.parametrize(
     "fault",
     [
-        _http("HTTP/1.1 200 OK", b'{"choices": [{"mess', length=5000),  # connection dropped mid-body
+        http_response("HTTP/1.1 200 OK", b'{"choices": [{"mess', length=5000),  # connection dropped mid-body
         b"GARBAGE\r\n\r\n",  # a bad status line
-        _http("HTTP/1.1 200 OK", b"<html><body>502 Bad Gateway</body></html>"),  # a proxy's page
-        _http("HTTP/1.1 503 Service Unavailable", b"{}", length=900),  # a 503 whose body is cut short
+        http_response("HTTP/1.1 200 OK", b"<html><body>502 Bad Gateway</body></html>"),  # a proxy's page
+        http_response("HTTP/1.1 503 Service Unavailable", b"{}", length=900),  # a 503 whose body is cut short
     ],
     ids=["incomplete_read", "bad_status_line", "html_body", "cut_error_body"],
 )
@@ -89,7 +46,7 @@ def test_transient_faults_are_retried(fault):
 def test_retry_after_is_capped_at_the_policys_max_delay(monkeypatch):
     slept = []
     monkeypatch.setattr(clients, "time", types.SimpleNamespace(sleep=slept.append))
-    busy = _http("HTTP/1.1 429 Too Many Requests", b"{}", headers=["Retry-After: 3600"])
+    busy = http_response("HTTP/1.1 429 Too Many Requests", b"{}", headers=["Retry-After: 3600"])
     with RawServer([busy, busy, GOOD]) as srv:
         OpenAIClient(srv.url, "m", retry=QUICK).complete(MSGS)
     assert len(slept) == 2 and max(slept) == QUICK.max_delay
@@ -100,7 +57,7 @@ def test_retry_after_is_capped_at_the_policys_max_delay(monkeypatch):
 
 
 def test_a_json_answer_without_a_message_fails_at_once():
-    with RawServer([_http("HTTP/1.1 200 OK", b'{"choices": []}'), GOOD]) as srv:
+    with RawServer([http_response("HTTP/1.1 200 OK", b'{"choices": []}'), GOOD]) as srv:
         with pytest.raises(ClientError, match="bad response"):
             OpenAIClient(srv.url, "m", retry=QUICK).complete(MSGS)
     assert srv.requests == 1

@@ -1,10 +1,14 @@
-"""A real OpenAI-compatible HTTP endpoint on 127.0.0.1 for client tests (stdlib, one thread).
+"""Local HTTP endpoints on 127.0.0.1 for client tests (stdlib).
 
-Subclass and implement ``respond(body, headers) -> (status, json_obj, extra_headers)`` (``self.path``
-is the request's path); the server records every request body and the peak number in flight.
+- :class:`LocalJSONServer`: a real OpenAI-compatible endpoint. Subclass and implement
+  ``respond(body, headers) -> (status, json_obj, extra_headers)`` (``self.path`` is the request's
+  path); the server records every request body and the peak number in flight.
+- :class:`RawServer`: answers with scripted raw bytes, to play a misbehaving server
+  (:func:`http_response` builds them).
 """
 
 import json
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -55,3 +59,45 @@ class LocalJSONServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def http_response(status_line: str, body: bytes, headers=(), length=None) -> bytes:
+    head = [status_line, "Content-Type: application/json", f"Content-Length: {len(body) if length is None else length}",
+            *headers, "", ""]
+    return "\r\n".join(head).encode() + body
+
+
+class RawServer:
+    """A TCP server that answers the n-th request with ``script[n]`` raw bytes (the last one repeats)
+    and then closes the connection; it can lie about lengths, garble status lines, and so on."""
+
+    def __init__(self, script):
+        self.script, self.requests = list(script), 0
+        outer = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                length = 0
+                while True:
+                    line = self.rfile.readline()
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                self.rfile.read(length)
+                n = outer.requests
+                outer.requests += 1
+                self.wfile.write(outer.script[min(n, len(outer.script) - 1)])
+                self.wfile.flush()
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

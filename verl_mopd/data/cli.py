@@ -8,7 +8,8 @@ runs alone as ``python -m verl_mopd.data``.
 
 Outcome: exit 0 when something was kept; 1 when nothing was kept (no parquet to train on), or
 with ``--strict`` when an input line was dropped as ``parse``. A mistake in the command line or
-its files raises :class:`PrepareError` (a ValueError naming the option) before anything is written.
+its files raises :class:`PrepareError` (a :class:`~verl_mopd.errors.UsageError` naming the option)
+before anything is written: one line and exit code 2 from ``verl-mopd``'s error boundary.
 
 Outputs are replaced as a whole: a run writes into a fresh folder beside ``--out``
 (``.<name>.prepare-<pid>-*``) and swaps it in at the end, so ``--out`` holds exactly one run's
@@ -58,6 +59,7 @@ from verl_mopd.data.trajectories import (
     write_jsonl,
 )
 from verl_mopd.errors import UsageError
+from verl_mopd.files import json_line, json_text
 
 MANIFEST = "manifest.json"
 OUTPUTS = ("rl", "sft", "cleaned.jsonl", "dropped.jsonl", "report.json", MANIFEST)  # what a run writes
@@ -141,7 +143,7 @@ def _agentnet_image_dirs(args: argparse.Namespace) -> list[str]:
         dirs = given * len(args.agentnet)
     else:
         dirs = given or [agentnet_image_dir(p) for p in args.agentnet]
-    for path, folder in zip(args.agentnet, dirs):
+    for path, folder in zip(args.agentnet, dirs, strict=True):
         if not os.path.isdir(folder):
             how = "given" if given else "default"
             raise PrepareError(
@@ -206,7 +208,7 @@ def _read_all(args: argparse.Namespace, agentnet_dirs: list[str], drops: list[Dr
     roots = args.image_root
     for p in args.input:
         yield from read_jsonl(p, drops, roots)
-    for p, folder in zip(args.agentnet, agentnet_dirs):
+    for p, folder in zip(args.agentnet, agentnet_dirs, strict=True):
         yield from read_agentnet(p, folder, drops=drops, roots=roots)
     for p in args.android_control:
         yield from read_android_control(
@@ -283,7 +285,7 @@ def _judge(args: argparse.Namespace):
 
 def _write_json(obj: Any, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write(json_text(obj, indent=2))
 
 
 def _staging_prefix(out: str) -> str:
@@ -445,7 +447,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         write_jsonl(kept, os.path.join(staging, "cleaned.jsonl"))
         with open(os.path.join(staging, "dropped.jsonl"), "w", encoding="utf-8") as f:
             for d in drops:
-                f.write(json.dumps(asdict(d), ensure_ascii=False) + "\n")
+                f.write(json_line(asdict(d)))
         result = convert(kept, staging, conv_cfg, progress=progress, images=images)
         report["outputs"] = result
         _write_json(report, os.path.join(staging, "report.json"))
@@ -467,14 +469,10 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = add_prepare_arguments(
-        argparse.ArgumentParser(prog="verl-mopd prepare", description=__doc__.split("\n")[0])
-    )
-    args = parser.parse_args(argv)
-    try:
-        return run_prepare(args)
-    except (ValueError, OSError) as e:
-        parser.exit(2, f"{parser.prog}: error: {e}\n")
+    """``python -m verl_mopd.data``: the same command, behind ``verl-mopd``'s error boundary."""
+    from verl_mopd.cli import main as cli_main
+
+    return cli_main(["prepare", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from verl_mopd.data.images import ImageIndex, read_screenshot
 from verl_mopd.data.trajectories import Step, Trajectory, step_action, step_bbox
 from verl_mopd.rewards.actions import DEFAULT_PROMPT_ACTIONS, PLATFORMS
-from verl_mopd.rewards.prompts import render_tool_call, system_prompt
+from verl_mopd.rewards.prompts import USER_TEMPLATE, render_tool_call, system_prompt
 
 IMAGE_MODES = ("bytes", "path")
 ABILITY = "gui_agent"
@@ -125,7 +125,7 @@ def history_lines(t: Trajectory, upto: int, cfg: ConvertConfig) -> list[str]:
 
 def user_content(t: Trajectory, upto: int, cfg: ConvertConfig) -> str:
     history = "\n".join(history_lines(t, upto, cfg)) or "None"
-    return f"Instruction: {t.instruction}\n\nPrevious actions:\n{history}\n\n<image>"
+    return USER_TEMPLATE.format(instruction=t.instruction, history=history)
 
 
 def assistant_content(thought: str, tool_call: str) -> str:
@@ -376,7 +376,7 @@ def convert(
                 part = split[t.id]
                 data = None
                 if cfg.image_mode == "bytes":
-                    data = dict(zip((s.screenshot for s in t.steps), pool.map(read, t.steps)))
+                    data = dict(zip((s.screenshot for s in t.steps), pool.map(read, t.steps), strict=True))
                 rl_rows, sft_rows = trajectory_rows(t, part, cfg, data)
                 for row in rl_rows:
                     sink(f"rl/{part}.parquet", rl_type).add(row, _row_bytes(row))

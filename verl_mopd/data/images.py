@@ -140,7 +140,7 @@ class ImageIndex:
                 from tqdm import tqdm
 
                 it = tqdm(it, total=len(todo), desc="images", unit="img")
-            for p, info in zip(todo, it):
+            for p, info in zip(todo, it, strict=True):
                 self._infos[p] = info
 
     def of(self, step) -> ImageInfo:

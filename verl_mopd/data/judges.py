@@ -17,7 +17,8 @@ Verdict layout (what the judge must answer, and what is stored in the trajectory
      "model": "..."}
 
 An item with ``score`` instead of ``completed`` counts as completed when ``score >= threshold``
-(70, the public release's threshold). Standard library only (``urllib``).
+(70, the public release's threshold). Requests go through :class:`verl_mopd.eval.clients.OpenAIClient`
+(standard library only), the client ``verl-mopd eval offline`` uses, with its retries.
 
 A verdict that cannot be read (an answer with no JSON object, ``"completed": "yes"``, a malformed
 ``judge`` field in the data) is returned as :class:`UnreadableVerdict` and the ``subtasks`` rule
@@ -36,16 +37,13 @@ import json
 import os
 import re
 import threading
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import identify, read_screenshot
 from verl_mopd.data.trajectories import Step, Trajectory
-from verl_mopd.files import atomic_write
+from verl_mopd.files import atomic_write, json_text
 
 SCORE_THRESHOLD = 70.0
 
@@ -306,34 +304,18 @@ class OpenAIJudge:
         return os.path.join(self.config.cache_dir, key[:2], f"{key}.json")
 
     def _post(self, body: Mapping[str, Any]) -> str:
+        """The answer text, through the eval client's transport and retries (dropped connections,
+        bad status lines, non-JSON bodies, 429/5xx; backoff 1, 2, 4, ... s, at most 30 s)."""
+        from verl_mopd.eval.clients import ClientError, OpenAIClient, RetryPolicy
+
         c = self.config
-        url = c.base_url.rstrip("/") + "/chat/completions"
-        headers = {"Content-Type": "application/json"}
         token = os.environ.get(c.api_key_env) if c.api_key_env else None
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        data = json.dumps(body).encode("utf-8")
-        last = ""
-        for attempt in range(c.max_retries + 1):
-            if attempt:
-                time.sleep(min(2 ** (attempt - 1), 30))
-            req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=c.timeout_s) as resp:
-                    payload = json.loads(resp.read().decode("utf-8"))
-                msg = payload["choices"][0]["message"]
-                text = msg.get("content") or msg.get("reasoning_content") or ""
-                if not isinstance(text, str) or not text.strip():
-                    last = "empty answer"
-                    continue
-                return text
-            except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code}: {e.read()[:200]!r}"
-                if e.code < 500 and e.code != 429:
-                    break  # a client error does not improve with retries
-            except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
-                last = f"{type(e).__name__}: {e}"
-        raise JudgeError(f"judge request to {url} (model {c.model!r}) failed: {last}")
+        retry = RetryPolicy(max_retries=c.max_retries, base_delay=1.0, max_delay=30.0, jitter=0.0)
+        client = OpenAIClient(c.base_url, c.model, api_key=token or None, timeout=c.timeout_s, retry=retry)
+        try:
+            return client.post(body)
+        except ClientError as e:
+            raise JudgeError(f"judge request (model {c.model!r}) failed: {e}") from None
 
     def _cached(self, path: str) -> Verdict | None:
         """The cached verdict, or None (absent; or corrupt: counted, named, and asked again)."""
@@ -354,7 +336,7 @@ class OpenAIJudge:
     def _store(self, path: str, t: Trajectory, text: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with atomic_write(path) as f:
-            json.dump({"trajectory": t.id, "model": self.config.model, "answer": text}, f, ensure_ascii=False)
+            f.write(json_text({"trajectory": t.id, "model": self.config.model, "answer": text}))
 
     def verdict(self, t: Trajectory) -> Verdict | UnreadableVerdict:
         c = self.config

@@ -425,7 +425,7 @@ def android_control_to_trajectory(
     if not isinstance(instructions, list) or not all(isinstance(s, str) for s in instructions):
         raise SchemaError(f"{where}.step_instructions: expected a list of strings")
     sizes = [(_pixels(w, f"{where}.screenshot_widths[{i}]"), _pixels(h, f"{where}.screenshot_heights[{i}]"))
-             for i, (w, h) in enumerate(zip(widths, heights))]  # fmt: skip
+             for i, (w, h) in enumerate(zip(widths, heights, strict=True))]  # fmt: skip
     paths: list[tuple[str, str | None]] = []
     for i, shot in enumerate(shots):
         if isinstance(shot, (bytes, bytearray)):

@@ -77,10 +77,11 @@ import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from verl_mopd.data.images import MISSING, DataRoots, ImageIndex
-from verl_mopd.files import atomic_write
+from verl_mopd.files import atomic_write, json_line
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
@@ -409,7 +410,7 @@ def write_jsonl(trajectories: Iterable[Trajectory], path: str) -> int:
     n = 0
     with atomic_write(path) as f:
         for t in trajectories:
-            f.write(json.dumps(trajectory_to_dict(t), ensure_ascii=False) + "\n")
+            f.write(json_line(trajectory_to_dict(t)))
             n += 1
     return n
 
@@ -431,7 +432,9 @@ def screen_size_of(t: Trajectory, s: Step) -> tuple[int, int]:
         with Image.open(s.screenshot) as im:
             return im.size
     except Exception as e:  # untrusted file: any decoder error means "unreadable"
-        raise ActionError("no_screen_size", f"screen_size unknown and the screenshot is unreadable: {e}", "screen_size")
+        raise ActionError(
+            "no_screen_size", f"screen_size unknown and the screenshot is unreadable: {e}", "screen_size"
+        ) from None
 
 
 def _to_grid_point(t: Trajectory, s: Step, value: Any, name: str) -> list[float]:
@@ -555,7 +558,7 @@ def check_structure(t: Trajectory, images: ImageIndex | None = None) -> Problem 
         return Problem("no_steps", "no steps")
     if t.steps[0].index != 0:
         return Problem("bad_start", f"step indices start at {t.steps[0].index}, not 0")
-    for prev, cur in zip(t.steps, t.steps[1:]):
+    for prev, cur in pairwise(t.steps):
         if cur.index != prev.index + 1:
             if cur.index == prev.index:
                 return Problem("duplicated_index", f"duplicated step index {cur.index}")
@@ -669,7 +672,7 @@ def clean(
         judge = OfflineJudge()
     verdicts = judge.verdicts(survivors, progress=progress)
     kept: list[Trajectory] = []
-    for t, v in zip(survivors, verdicts):
+    for t, v in zip(survivors, verdicts, strict=True):
         if v is None:
             if cfg.missing_verdict == "error":
                 raise ValueError(

@@ -18,9 +18,9 @@ from typing import Any, Callable
 
 from verl_mopd.rewards import Action, ParseError, parse_action, system_prompt
 from verl_mopd.rewards.actions import GRID_MAX
+from verl_mopd.rewards.prompts import USER_TEMPLATE
 
-# the user turn of verl-mopd prepare (verl_mopd/data/convert.py::user_content), so online steps read like RL steps
-DEFAULT_USER_TEMPLATE = "Instruction: {instruction}\n\nPrevious actions:\n{history}\n\n<image>"
+DEFAULT_USER_TEMPLATE = USER_TEMPLATE  # the user turn verl-mopd prepare writes, so online steps read like RL steps
 DEFAULT_MAX_STEPS = 30  # the step budget of UI-MOPD's OSWorld and MobileWorld evaluations
 
 

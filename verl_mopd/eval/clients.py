@@ -5,10 +5,12 @@ Both take neutral messages (:mod:`verl_mopd.eval.messages`) and return the respo
 - :class:`OpenAIClient`: ``POST {base_url}/chat/completions`` (SGLang, vLLM, or any
   OpenAI-compatible server), stdlib ``urllib`` only. Retries connection errors, timeouts,
   connections dropped mid-response (``IncompleteRead``, a bad status line), a body that is not
-  JSON (a proxy's error page), 408, 409, 429 and 5xx, with exponential backoff and jitter;
-  ``Retry-After`` is honoured up to ``RetryPolicy.max_delay``. Other 4xx and a JSON answer
-  without a message fail at once with the server's words. Thread-safe: :func:`run_bounded` calls
-  it from a pool of ``max_in_flight`` threads, which bounds the requests in flight.
+  JSON (a proxy's error page), 408, 409, 429, 500, 502, 503 and 504, with exponential backoff and
+  jitter; ``Retry-After`` is honoured up to ``RetryPolicy.max_delay``. Other statuses and a JSON
+  answer without a message fail at once with the server's words. Thread-safe: :func:`run_bounded`
+  calls it from a pool of ``max_in_flight`` threads, which bounds the requests in flight.
+  :meth:`OpenAIClient.post` sends a request body built elsewhere (the data judge's) through the
+  same retries.
 - :class:`TransformersClient`: greedy or sampled ``generate`` of a local checkpoint. With a
   multimodal processor (Qwen3-VL) the screenshots go through the processor's chat template;
   with a text-only tokenizer the images are dropped and counted (``images_dropped``), which
@@ -26,7 +28,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from verl_mopd.eval.messages import to_openai
 
@@ -101,8 +103,8 @@ class OpenAIClient:
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
 
-    def _body(self, messages: list[dict[str, Any]]) -> bytes:
-        body = {
+    def _body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
             "model": self.model,
             "messages": to_openai(messages),
             "max_tokens": self.max_tokens,
@@ -110,7 +112,6 @@ class OpenAIClient:
             "top_p": self.top_p,
             **self.extra_body,
         }
-        return json.dumps(body).encode("utf-8")
 
     def _post(self, data: bytes) -> bytes:
         headers = {"Content-Type": "application/json"}
@@ -122,7 +123,12 @@ class OpenAIClient:
 
     def complete(self, messages: list[dict[str, Any]]) -> str:
         """The first choice's message content; raises :class:`ClientError` when it gives up."""
-        data = self._body(messages)
+        return self.post(self._body(messages))
+
+    def post(self, body: Mapping[str, Any]) -> str:
+        """POST a chat-completions ``body`` as given (its model, messages in OpenAI format and
+        sampling) with this client's retries; the first choice's content, as :meth:`complete`."""
+        data = json.dumps(body).encode("utf-8")
         last = ""
         status: int | None = None
         for attempt in range(self.retry.max_retries + 1):

@@ -142,7 +142,7 @@ def merge_tensor(cfg: MergeConfig, tensors: list[torch.Tensor], base: torch.Tens
     out_dtype = tensors[0].dtype
     if cfg.method == "average":
         acc = torch.zeros(tensors[0].shape, dtype=dtype)
-        for w, t in zip(cfg.resolved_weights, tensors):
+        for w, t in zip(cfg.resolved_weights, tensors, strict=True):
             acc += w * t.to(dtype)
         return acc.to(out_dtype)
     from peft.utils.merge_utils import ties
@@ -215,7 +215,7 @@ def _replace_folder(new: str, target: str) -> None:
 def _check_finite(name: str, merged: torch.Tensor, tensors: list[torch.Tensor], paths: list[str]) -> None:
     if bool(torch.isfinite(merged).all()):
         return
-    for t, path in zip(tensors, paths):
+    for t, path in zip(tensors, paths, strict=True):
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"tensor {name!r} in {path} has NaN/inf weights; nothing was written")
     raise ValueError(f"tensor {name!r}: the merge overflows {merged.dtype} (NaN/inf); try --compute-dtype float64")

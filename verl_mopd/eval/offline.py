@@ -28,9 +28,10 @@ mixes two models. A torn last line (a crash mid-write) is cut off before appendi
 line before it is an error naming ``results.jsonl:N``. One process writes a folder at a time
 (a lock on ``results.jsonl``); ``report.json`` and ``run.json`` are written atomically.
 
-Images: ``bytes`` are used as they are; a relative path is resolved against the data file's
-folder, and every path must lie inside ``image_root`` (default: that folder; symlinks resolved).
-Every image must decode as a PNG, JPEG, GIF or WebP, so no other local file is ever sent.
+Images: a relative path is resolved against the data file's folder, and every path must lie
+inside ``image_root`` (default: that folder; symlinks resolved). Every image, ``bytes`` included,
+must pass ``prepare``'s image check (a PNG, JPEG or WebP that Pillow reads through,
+:func:`verl_mopd.data.images.identify`), so no other local file is ever sent.
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ def format_table(report: Mapping[str, Mapping[str, Any]]) -> str:
         cells.append(" ".join(f"{k}:{v}" for k, v in m["reward_hist"].items()))
         rows.append(cells)
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 

@@ -13,6 +13,9 @@ Public API:
   pipelines that store the system prompt as text).
 - ``render_tool_call(action) -> str``: an :class:`Action` as the model should write it,
   ``<tool_call>\\n{...}\\n</tool_call>`` (SFT targets, examples, round-trip tests).
+- ``USER_TEMPLATE``: the user turn of a step, ``.format(instruction=..., history=...)``; one
+  ``<image>`` marks the screenshot. ``verl-mopd prepare`` writes it into the training prompts and
+  the online agents send it, so an online step reads like a training step.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from verl_mopd.rewards.actions import (
 )
 
 DEFAULT_PREAMBLE = "You are a helpful assistant."
+
+USER_TEMPLATE = "Instruction: {instruction}\n\nPrevious actions:\n{history}\n\n<image>"
 
 _TOOL_INTRO = {
     "desktop": (

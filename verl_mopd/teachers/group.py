@@ -15,7 +15,9 @@ gives concurrency without threads. Two entry points:
   a DataProto / TensorDict goes out in chunks and the response log-probs come back.
 
 Rows gated off (``mopd_kl_mask == 0``) go to no teacher; their ``teacher_logprobs`` are the
-student's ``old_log_probs`` (K3 and its gradient are then exactly 0 even without the gate).
+student's ``old_log_probs``, a finite stand-in (TransferQueue serves a field only when every sample
+of a micro-batch has it) that the loss multiplies by the gate's 0. K3 against it is 0 only while the
+student is still the rollout policy; it is the gate, not the stand-in, that keeps these rows out.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
 
         from verl_mopd.teachers.backends.hf import HFTeacherWorker
 
-        init = RayClassWithInitArgs(cls=ray.remote(HFTeacherWorker), config=dict(_teacher_fields(cfg)),
-                                    num_threads=num_threads, output_key=output_key)
+        # dict(cfg): verl's BaseConfig is a Mapping of its fields
+        init = RayClassWithInitArgs(cls=ray.remote(HFTeacherWorker), config=dict(cfg), num_threads=num_threads,
+                                    output_key=output_key)
     elif cfg.backend == "megatron":
         if run_config is None:
             raise ValueError(f"mopd.teachers.{cfg.platform}: backend=megatron teachers are built like verl's "
@@ -88,12 +91,6 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
     wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu, name_prefix=name)
     wg.init_model()
     return wg
-
-
-def _teacher_fields(cfg: TeacherConfig) -> dict:
-    from dataclasses import fields
-
-    return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
 
 
 def data_parallel_size(wg) -> int:

@@ -58,7 +58,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 __all__ = [
     "actor_resource_pool",
     "build_worker_teachers",
-    "compute_kl_gate",
+    "compute_kl_gate",  # noqa: F822  (provided on first use by the module's __getattr__, PEP 562)
     "distillation_loss_fn",
     "gate_config_from",
     "score_teachers",
@@ -67,7 +67,7 @@ __all__ = [
     "teachers_config_from",
     "think_end_token_id",
     "write_gate_and_teacher_logprobs",
-    "write_kl_gate",
+    "write_kl_gate",  # noqa: F822  (as compute_kl_gate)
 ]
 
 # re-exported on first use (importing them here would import verl while verl imports this plugin)
@@ -237,9 +237,11 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     """
     from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
 
+    from verl_mopd.trainer.gate import write_kl_gate
+
     tq = trainer_base.tq
     token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
-    metrics = _lazy("write_kl_gate")(batch, gate, tq=tq, think_end_token_id=token_id)
+    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id)
     if teachers is not None:
         metrics.update(score_teachers(teachers, batch, tq))
     return metrics

@@ -117,12 +117,15 @@ class MOPDTrainerMixin:
     def _save_checkpoint(self):
         import torch
 
+        from verl_mopd.files import atomic_write
+
         super()._save_checkpoint()
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         if hasattr(self.replay_buffer, "save_checkpoint"):
             self.replay_buffer.save_checkpoint(folder)
         os.makedirs(folder, exist_ok=True)
-        torch.save(self._held_prompts, os.path.join(folder, HELD_PROMPTS_FILE))
+        with atomic_write(os.path.join(folder, HELD_PROMPTS_FILE), "wb") as f:  # as batching_state.json
+            torch.save(self._held_prompts, f)
 
     def _load_checkpoint(self):
         import torch

@@ -126,7 +126,7 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDGateConfig, warning
         )
 
 
-def _check_teachers(config: DictConfig, problems: list[str]) -> None:
+def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
     from verl_mopd.teachers.config import (
         TeacherConfigError,
         TeachersConfig,
@@ -165,7 +165,7 @@ def _check_teachers(config: DictConfig, problems: list[str]) -> None:
                 f"mopd.teachers.{platform}: a colocated teacher's {t.world_size} devices must divide the actor "
                 f"pool of {actor_gpus}"
             )
-        _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, [])
+        _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, warnings)
     if any(t.backend == "server" for t in teachers.teachers.values()) and not bool(
         _section(config, "distillation.enabled")
     ):
@@ -403,16 +403,6 @@ def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[s
             )
 
 
-def _check_teacher_paths(config: DictConfig, warnings: list[str]) -> None:
-    """A teacher checkpoint path that does not exist here gets the same warning as the student's."""
-    teachers = _section(config, "mopd.teachers")
-    if not teachers:
-        return
-    for platform, block in OmegaConf.to_container(teachers, resolve=True).items():
-        if isinstance(block, dict) and block.get("model_path"):
-            _check_path(f"mopd.teachers.{platform}.model_path", block["model_path"], [], warnings)
-
-
 def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     """All problems (the run would fail or be wrong) and warnings (probably not what you want)."""
     from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
@@ -447,8 +437,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
 
     gate = _check_mopd(config, problems, warnings)
     if gate is not None:
-        _check_teachers(config, problems)
-        _check_teacher_paths(config, warnings)
+        _check_teachers(config, problems, warnings)
         _check_placement_and_mode(config, problems)
     _check_sampler(config, problems)
     _check_run_numbers(config, problems, warnings)

@@ -168,11 +168,8 @@ def megatron_teacher_class(cfg: TeacherConfig, run_config, output_key: str = "te
     import ray
     from verl.single_controller.ray import RayClassWithInitArgs
 
-    from dataclasses import fields
-
     ref, model = teacher_blocks(cfg, run_config)
-    teacher = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "_target_"}
-    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), teacher=teacher, ref=ref, model=model,
+    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), teacher=dict(cfg), ref=ref, model=model,
                                 output_key=output_key)
 
 
