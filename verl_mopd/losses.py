@@ -382,9 +382,9 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
 
     gate = data[KL_MASK_KEY] if KL_MASK_KEY in data.keys() else None
     start = data[KL_START_KEY] if KL_START_KEY in data.keys() else None
-    token_weight = None
+    token_weight = window = None
     if start is not None:
-        token_weight = _window_mask(start, student.shape, student.device)
+        token_weight = window = _window_mask(start, student.shape, student.device)
     if getattr(loss_config, "use_rollout_is_weights", False) and "rollout_is_weights" in data.keys():
         w = _padded(data, "rollout_is_weights").to(student.dtype)
         token_weight = w if token_weight is None else w * token_weight
@@ -402,12 +402,13 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
     with torch.no_grad():
         weight = torch.ones(student.shape[0], device=student.device) if gate is None else gate.reshape(-1)
         on = (weight > 0).float()
+        counted = response_mask if window is None else response_mask * window  # thought tokens skipped
         metrics = {
             # mean K3 over the tokens whose KL is on; dividing by the gate weights undoes the constant
             # "kept"-normalization weight the driver may have folded into mopd_kl_mask
             "mopd/k3_mean_kl_on": Metric(
                 AggregationType.MEAN,
-                (k3 * response_mask).sum() / (response_mask.sum(-1) * weight).sum().clamp_min(1e-8),
+                (k3 * response_mask).sum() / (counted.sum(-1) * weight).sum().clamp_min(1e-8),
             ),
             "mopd/kl_mask_on_fraction": Metric(AggregationType.MEAN, on.mean()),
         }

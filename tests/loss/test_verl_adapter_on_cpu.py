@@ -148,6 +148,19 @@ def test_absent_gate_key_means_kl_on_for_all():
     assert metrics["mopd/kl_mask_on_fraction"].values[0] == 1.0
 
 
+def test_kl_on_metric_counts_only_the_tokens_after_the_thought():
+    """With ``mopd_kl_start`` (thought skipping) the metric is the mean K3 over the counted tokens:
+    float64 reference over the window, not over every response token."""
+    data, model_output, leaf, teacher, pos = build_microbatch([2, 3, 4], [5, 4, 3], kl_mask=[1.0, 1.0, 0.0])
+    data["mopd_kl_start"] = torch.tensor([2, 0, 1])
+    actor, dist = _configs()
+    per_token, metrics = compute_mopd_k3(actor, dist, model_output, data)
+    counted = [k3_kl(leaf[p], teacher[p]).detach()[s:] for p, s in zip(pos[:2], (2, 0), strict=True)]
+    want = torch.cat(counted).mean().item()
+    assert metrics["mopd/k3_mean_kl_on"].values[0] == pytest.approx(want, rel=1e-9)
+    assert (per_token[0, :2] == 0).all() and (per_token[2] == 0).all()
+
+
 def test_micro_batch_split_invariance_fsdp_and_megatron_conventions():
     """Loss with the global token count: micro-batch losses add up to the mini-batch loss.
 
