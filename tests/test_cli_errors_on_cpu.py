@@ -30,6 +30,10 @@ def _raise_bug(args):
     return {}["missing"]
 
 
+def _raise_encode_bug(args):
+    "\ud800".encode("utf-8")  # a ValueError, but writing our own text: a bug
+
+
 @pytest.fixture
 def fake_command(monkeypatch):
     def install(fn):
@@ -68,9 +72,10 @@ def test_debug_anywhere_or_in_the_environment_shows_the_traceback(fake_command, 
         cli.main(["fake"])
 
 
-def test_a_bug_is_not_disguised_as_a_user_error(fake_command, capsys):
-    fake_command(_raise_bug)
-    with pytest.raises(KeyError):
+@pytest.mark.parametrize("fn, kind", [(_raise_bug, KeyError), (_raise_encode_bug, UnicodeEncodeError)])
+def test_a_bug_is_not_disguised_as_a_user_error(fake_command, capsys, fn, kind):
+    fake_command(fn)
+    with pytest.raises(kind):
         cli.main(["fake"])
     assert "internal error" in capsys.readouterr().err
 

@@ -9,7 +9,8 @@ malformed input file, a line that does not parse. Its message is one line that n
 
 - :class:`UsageError` (a ``ValueError``, so library callers may catch either);
 - any other ``ValueError`` (our config dataclasses and readers raise it with a sentence that
-  names the field), ``UnicodeDecodeError`` and ``json.JSONDecodeError`` included;
+  names the field), ``UnicodeDecodeError`` and ``json.JSONDecodeError`` included (but not
+  ``UnicodeEncodeError``: failing to write text we produced is a bug);
 - ``OSError`` that names its file (``filename`` set, as ``open`` sets it), and
   ``FileNotFoundError`` / ``IsADirectoryError`` / ``PermissionError`` / ... raised with a message;
 - ``SystemExit`` raised with a message string (the argparse convention for usage errors).
@@ -40,6 +41,8 @@ def user_error_message(exc: BaseException) -> str | None:
         if isinstance(exc, _FILE_ERRORS) and len(exc.args) == 1 and isinstance(exc.args[0], str):
             return exc.args[0]  # raise FileNotFoundError(f"{path}: ...") names the file in its message
         return None
+    if isinstance(exc, UnicodeEncodeError):
+        return None  # writing text we produced: always our bug, never the user's input
     if isinstance(exc, ValueError):
         message = str(exc).strip()
         return message or None
