@@ -177,3 +177,17 @@ def test_reading_for_the_parquet_refuses_what_is_not_a_file(tmp_path):
     os.mkfifo(tmp_path / "fifo.png")
     with pytest.raises(ValueError, match="not a regular file"):
         read_screenshot(Step(0, str(tmp_path / "fifo.png"), {"action": "wait"}))  # returns instead of blocking
+
+
+def test_the_screen_size_lookup_refuses_what_is_not_a_file(tmp_path):
+    """Pixel coordinates without a screen_size read the screenshot header; a FIFO (reachable with
+    ``--skip-rule screenshots``) is an action error, never a blocked open."""
+    from verl_mopd.data.trajectories import screen_size_of
+    from verl_mopd.rewards.actions import ActionError
+
+    os.mkfifo(tmp_path / "fifo.png")
+    t = trajectory_from_dict(record(str(tmp_path), screen_size=None))
+    with pytest.raises(ActionError, match="not a regular file"):
+        screen_size_of(t, Step(0, str(tmp_path / "fifo.png"), {"action": "wait"}))
+    ok = png(str(tmp_path / "ok.png"), (12, 7))
+    assert screen_size_of(t, Step(0, ok, {"action": "wait"})) == (12, 7)

@@ -75,6 +75,7 @@ import codecs
 import json
 import math
 import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
@@ -429,6 +430,8 @@ def screen_size_of(t: Trajectory, s: Step) -> tuple[int, int]:
     from PIL import Image
 
     try:
+        if not stat.S_ISREG(os.stat(s.screenshot).st_mode):  # a FIFO or device would block the open
+            raise ValueError("not a regular file")
         with Image.open(s.screenshot) as im:
             return im.size
     except Exception as e:  # untrusted file: any decoder error means "unreadable"
