@@ -1,38 +1,51 @@
-"""The CPU demo: synthetic tasks, tokenizer, and a shortened end-to-end run of both stages."""
+"""The CPU demo: synthetic tasks, tokenizer, seed statistics, the gradient-norm ratio, and a
+shortened multi-seed end-to-end run of both stages and every baseline."""
 
+import copy
 import json
 import math
+import statistics
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_mopd.demo.cli import main
-from verl_mopd.demo.models import build_tokenizer
-from verl_mopd.demo.run import METRIC_FIELDS, DemoConfig, run
-from verl_mopd.demo.tasks import INTENTS, make_task, make_tasks
+from verl_mopd.demo.models import build_model, build_tokenizer
+from verl_mopd.demo.run import (
+    BASELINES, METRIC_FIELDS, MODELS, DemoConfig, Policy, TeacherScorer, aggregate, rl_step, run, sft,
+)
+from verl_mopd.demo.tasks import CELL_CENTERS, HALF_CELL, INTENTS, make_task, make_tasks, mobile_frame, sample_tasks
 from verl_mopd.rewards import compute_score
 
-TINY = dict(steps=2, teacher_steps=3, base_steps=2, prompts_per_step=4, rollout_n=2, sft_batch=8, eval_tasks=8,
-            max_new_tokens=26, log_every=1)
+TINY = dict(seeds=2, steps=2, teacher_base_steps=2, base_steps=2, sft_desktop=8, sft_mobile=4, teacher_steps=1,
+            prompts_per_step=4, rollout_n=2, sft_batch=8, eval_tasks=4, max_new_tokens=26, log_every=1)
 
 
-def test_tasks_are_seeded_and_balanced():
+def test_tasks_are_seeded_balanced_and_skip_excluded_prompts():
     a, b = make_tasks(20, seed=3), make_tasks(20, seed=3)
     assert a == b and a != make_tasks(20, seed=4)
     assert [t.platform for t in a] == ["desktop", "mobile"] * 10
     assert {t.intent for t in make_tasks(400, seed=0)} == set(INTENTS)
+    skip = {t.prompt for t in a[:5]}
+    again = make_tasks(20, seed=3, exclude=skip)
+    assert len(again) == 20 and not skip & {t.prompt for t in again}
+    mix = sample_tasks(2000, seed=1, mobile_share=0.1)
+    assert 0.07 < np.mean([t.platform == "mobile" for t in mix]) < 0.13
+    assert {t.platform for t in sample_tasks(50, seed=1, mobile_share=0.0)} == {"desktop"}
     with pytest.raises(ValueError, match="platform='tablet'"):
         make_task("tablet", np.random.default_rng(0))
+    with pytest.raises(ValueError, match="mobile_share=1.5"):
+        sample_tasks(3, seed=0, mobile_share=1.5)
 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_targets_score_correct_and_the_other_platforms_convention_does_not(seed):
     tok = build_tokenizer()
-    rng = np.random.default_rng(seed)
-    desk, mob = make_task("desktop", rng), make_task("mobile", np.random.default_rng(seed))
+    desk, mob = make_task("desktop", np.random.default_rng(seed)), make_task("mobile", np.random.default_rng(seed))
     assert desk.prompt.split(" ", 1)[1] == mob.prompt.split(" ", 1)[1]  # same screen and instruction
     for task, other in ((desk, mob), (mob, desk)):
         ids = tok(task.target)["input_ids"]
@@ -42,20 +55,112 @@ def test_targets_score_correct_and_the_other_platforms_convention_does_not(seed)
         if task.intent in ("click", "back", "scroll"):  # the conflicting conventions
             assert task.ground_truth["action"]["action"] != other.ground_truth["action"]["action"]
         assert compute_score("demo", other.target, task.ground_truth)["score"] < 1.0
+    if desk.intent == "click":  # the focused (first-listed) element, in each platform's frame
+        _, x, y = desk.prompt.split(" | ")[1].split()
+        assert desk.ground_truth["action"]["coordinate"] == [int(x), int(y)]
+        assert mob.ground_truth["action"]["coordinate"] == list(mobile_frame(int(x), int(y)))
 
 
-def _check_run(summary, out, cfg, runs):
+def test_click_boxes_never_overlap_after_the_strict_bbox_scale():
+    """Every point the strict reward accepts for one cell (box scaled by 1.2) misses every other
+    cell, in both platforms' frames, so no constant click scores on two cells."""
+    r = HALF_CELL * 1.2
+    cells = [(x, y) for x in CELL_CENTERS for y in CELL_CENTERS]
+    assert {mobile_frame(x, y) for x, y in cells} == set(cells) and all(mobile_frame(*c) != c for c in cells)
+    for platform, name in (("desktop", "left_click"), ("mobile", "click")):
+        for cx, cy in cells:
+            box = [cx - HALF_CELL, cy - HALF_CELL, cx + HALF_CELL, cy + HALF_CELL]
+            edge = [(cx + dx, cy + dy) for dx in (-r, 0, r) for dy in (-r, 0, r)]
+            for ox, oy in cells:
+                truth = {"platform": platform, "action": {"action": name, "coordinate": [ox, oy]},
+                         "bbox": [ox - HALF_CELL, oy - HALF_CELL, ox + HALF_CELL, oy + HALF_CELL]}
+                for px, py in edge:
+                    call = json.dumps({"name": "computer_use" if platform == "desktop" else "mobile_use",
+                                       "arguments": {"action": name, "coordinate": [px, py]}})
+                    got = compute_score("demo", f"<tool_call>{call}</tool_call>", truth)["score"]
+                    assert (got == 1.0) == ((ox, oy) == (cx, cy)), (platform, box, (px, py), (ox, oy), got)
+
+
+def _fake_seed(seed, acc):
+    return {"seed": seed, "eval": {m: {p: {"acc": acc[m][p], "reward": 2 * acc[m][p] - 1} for p in ("desktop", "mobile")}
+                                   for m in acc}}
+
+
+def test_aggregate_mean_standard_error_and_paired_verdicts():
+    rng = np.random.default_rng(0)
+    runs = [{m: {"desktop": float(rng.uniform(0.3, 0.6)), "mobile": float(rng.uniform(0.3, 0.6))} for m in MODELS}
+            for _ in range(3)]
+    for i, r in enumerate(runs):  # MOPD: clearly above GRPO on desktop, identical to mixed SFT on mobile
+        r["MOPD student"]["desktop"] = r["GRPO, no KL"]["desktop"] + 0.2 + 0.01 * i
+        r["MOPD student"]["mobile"] = r["mixed SFT"]["mobile"]
+        r["TIES"]["desktop"] = r["MOPD student"]["desktop"] + [0.3, 0.25, 0.35][i]
+    agg = aggregate([_fake_seed(i, r) for i, r in enumerate(runs)])
+    assert agg["n_seeds"] == 3 and list(agg["table"]) == list(MODELS) and list(agg["diffs"]) == list(BASELINES)
+    for m in MODELS:
+        for p in ("desktop", "mobile"):
+            v = [r[m][p] for r in runs]
+            mean, se = agg["table"][m][p]["acc"]
+            assert math.isclose(mean, statistics.fmean(v), abs_tol=1e-12)
+            assert math.isclose(se, statistics.stdev(v) / math.sqrt(3), abs_tol=1e-12)
+    assert agg["diffs"]["GRPO, no KL"]["desktop"]["verdict"] == "above"
+    assert agg["diffs"]["mixed SFT"]["mobile"] == {"mean": 0.0, "se": 0.0, "verdict": "tie"}
+    assert agg["diffs"]["TIES"]["desktop"]["verdict"] == "below"
+    d = agg["diffs"]["student base"]["mobile"]
+    assert d["verdict"] == ("above" if d["mean"] > 2 * d["se"] else "below" if d["mean"] < -2 * d["se"] else "tie")
+
+
+def test_grad_ratio_is_beta_times_the_k3_over_the_pg_gradient_norm(tmp_path):
+    """``grad_ratio`` = |g_total - g_PG| / |g_PG| from one real MOPD step: linear in beta (same
+    rollouts by common random numbers), and 0 at beta 0 where distillation_ppo_loss = ppo_loss."""
+    tok = build_tokenizer()
+    policy = Policy(build_model(tok, "tiny", seed=0), tok)
+    sft(policy, (make_tasks(32, seed=s) for s in range(25)), 5e-3)  # enough to emit varied, partly valid calls
+    paths = {}
+    for i, p in enumerate(("desktop", "mobile")):
+        teacher = build_model(tok, "tiny", seed=10 + i)
+        paths[p] = str(tmp_path / p)
+        teacher.save_pretrained(paths[p])
+        tok.save_pretrained(paths[p])
+    scorer = TeacherScorer(paths, "local")
+    tasks = make_tasks(8, seed=5)
+    ratios = {}
+    for beta in (0.0, 0.2, 0.4):
+        cfg = DemoConfig(beta=beta, rollout_n=4, prompts_per_step=8, max_new_tokens=32, tau_kl=1.0)
+        model = Policy(copy.deepcopy(policy.model), tok)
+        m = rl_step(model, torch.optim.AdamW(model.model.parameters(), lr=1e-3), tasks, cfg, scorer, rng_seed=7)
+        ratios[beta] = m["grad_ratio"]
+    assert all(r == r for r in ratios.values()), ratios  # some group had reward variance
+    assert ratios[0.0] < 1e-5 * ratios[0.2]
+    assert math.isclose(ratios[0.4], 2 * ratios[0.2], rel_tol=1e-4)
+
+
+def _check_outputs(summary, out, cfg, runs):
+    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    assert [s["seed"] for s in summary["per_seed"]] == seeds
     n_rollouts = cfg.steps * cfg.prompts_per_step * cfg.rollout_n
-    assert set(summary["stage_s"]) >= {"stage1", "stage2"}
-    for p in ("desktop", "mobile"):
-        assert (out / "teachers" / p / "config.json").exists()
-        assert p in summary["eval"][f"teacher:{p}"] and p in summary["eval"]["MOPD student"]
-    # each teacher scored exactly its platform's rollouts, every one of them
-    half = n_rollouts // 2
-    assert summary["teacher_queries"] == {"desktop": {"desktop": half, "mobile": 0},
-                                          "mobile": {"desktop": 0, "mobile": half}}
+    for s in summary["per_seed"]:
+        assert {"teachers", "mopd", "evals"} <= set(s["stage_s"]) and s["cpu_s"] > 0
+        assert s["sft_sizes"] == {"desktop": cfg.sft_desktop, "mobile": cfg.sft_mobile}
+        for p in ("desktop", "mobile"):
+            assert (out / f"seed{s['seed']}" / "teachers" / p / "config.json").exists()
+        expected = [m for m in MODELS if cfg.baselines or m not in BASELINES or m == "student base"]
+        assert list(s["eval"]) == [m for m in ["teacher:desktop", "teacher:mobile", "teacher base", "MOPD student",
+                                               "student base", "GRPO, no KL", "mixed SFT", "weight average", "TIES"]
+                                   if m in expected]
+        for e in s["eval"].values():
+            for p in ("desktop", "mobile"):
+                assert 0.0 <= e[p]["acc"] <= 1.0 and -1.0 <= e[p]["reward"] <= 1.0
+                assert set(e[p]["intents"]) <= set(INTENTS)
+        # each teacher scored exactly its platform's rollouts, every one of them
+        half = n_rollouts // 2
+        assert s["teacher_queries"] == {"desktop": {"desktop": half, "mobile": 0}, "mobile": {"desktop": 0, "mobile": half}}
+    for role in ("teacher", "student"):
+        assert (out / "bases" / role / "pretrain.json").exists()
+    assert summary["aggregate"]["n_seeds"] == cfg.seeds
+    assert list(summary["aggregate"]["table"]) == [m for m in MODELS if m in summary["per_seed"][0]["eval"]]
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["run"], r["step"]) for r in lines] == [(run, s + 1) for run in runs for s in range(cfg.steps)]
+    assert sorted((r["run"], r["seed"], r["step"]) for r in lines) == sorted(
+        (run_, s, step + 1) for run_ in runs for s in seeds for step in range(cfg.steps))
     for r in lines:
         assert set(METRIC_FIELDS) <= set(r), set(METRIC_FIELDS) - set(r)
         for p in ("desktop", "mobile"):
@@ -64,25 +169,30 @@ def _check_run(summary, out, cfg, runs):
             assert all(math.isfinite(r[f"k3/{p}"]) and r[f"k3/{p}"] >= 0 for p in ("desktop", "mobile"))
             assert 0.0 <= r["mask_on_fraction"] <= 1.0
             assert r["teacher_samples/desktop"] == r["teacher_samples/mobile"] == cfg.prompts_per_step * cfg.rollout_n / 2
+            assert r["grad_ratio"] != r["grad_ratio"] or r["grad_ratio"] >= 0
         else:  # no teacher for the no-KL baseline
-            assert r["teacher_samples/desktop"] == 0 and math.isnan(r["k3/desktop"])
+            assert r["teacher_samples/desktop"] == 0 and math.isnan(r["k3/desktop"]) and math.isnan(r["grad_ratio"])
 
 
-def test_short_demo_through_the_cli_local_teachers(tmp_path, capsys):
-    argv = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()] + ["--teachers=local", f"--out={tmp_path}"]
+def test_short_multi_seed_demo_through_the_cli(tmp_path, capfd):
+    """Two seeds in two spawned processes (local teachers), every baseline; a second run reuses the bases."""
+    argv = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()] + [f"--out={tmp_path}"]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    _check_run(summary, tmp_path, DemoConfig(**TINY), runs=("mopd", "grpo"))
-    assert {"mixed SFT", "GRPO, no KL", "teacher weight avg", "student base"} <= set(summary["eval"])
+    _check_outputs(summary, tmp_path, DemoConfig(**TINY), runs=("mopd", "grpo"))
+    assert list(summary["aggregate"]["diffs"]) == list(BASELINES)
+    assert summary["wall_s"] > 0 and summary["cpu_s"] > 0
     assert (tmp_path / "demo.png").stat().st_size > 1000
-    printed = capsys.readouterr()
-    assert "| MOPD student |" in printed.out + printed.err and "mask on" in printed.out + printed.err
+    printed = capfd.readouterr().out
+    assert "| MOPD student |" in printed and "| MOPD acc minus |" in printed and "grad ratio" in printed
+    assert "reusing" not in printed
+    assert main(argv + ["--seeds=1", "--no-baselines", "--no-plot"]) == 0
+    assert printed.count("stage 0") == 2 and capfd.readouterr().out.count("reusing") == 2
 
 
 def test_short_demo_with_the_ray_teacher_group(tmp_path):
-    cfg = DemoConfig(**TINY, teachers="ray", baselines=False, plot=False, out=str(tmp_path))
-    summary = run(cfg)
-    _check_run(summary, tmp_path, cfg, runs=("mopd",))
+    cfg = DemoConfig(**TINY | {"seeds": 1}, teachers="ray", baselines=False, plot=False, out=str(tmp_path))
+    _check_outputs(run(cfg), tmp_path, cfg, runs=("mopd",))
 
 
 def test_default_generation_budget_fits_every_target():
@@ -92,9 +202,10 @@ def test_default_generation_budget_fits_every_target():
 
 
 def test_bad_config_names_the_field():
-    with pytest.raises(ValueError, match="demo.rollout_n=1"):
-        DemoConfig(rollout_n=1)
-    with pytest.raises(ValueError, match="demo.teachers='gpu'"):
-        DemoConfig(teachers="gpu")
-    with pytest.raises(ValueError, match="demo.teacher_size='huge'"):
-        DemoConfig(teacher_size="huge")
+    for kwargs, match in ((dict(rollout_n=1), "demo.rollout_n=1"), (dict(teachers="gpu"), "demo.teachers='gpu'"),
+                          (dict(teacher_size="huge"), "demo.teacher_size='huge'"), (dict(seeds=0), "demo.seeds=0"),
+                          (dict(beta=-1.0), "demo.beta=-1.0"), (dict(rl_lr=0.0), "demo.rl_lr=0.0"),
+                          (dict(pretrain_mobile_share=2.0), "demo.pretrain_mobile_share=2.0"),
+                          (dict(teachers="ray", workers=3), "demo.workers=3 with teachers='ray'")):
+        with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+            DemoConfig(**kwargs)

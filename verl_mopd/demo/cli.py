@@ -8,23 +8,36 @@ from dataclasses import fields
 from verl_mopd.demo.run import DemoConfig
 
 _HELP = {
-    "steps": "stage-2 RL steps (MOPD and the no-KL GRPO baseline; mixed SFT gets as many)",
-    "teacher_steps": "stage-1 SFT steps per platform teacher",
-    "teacher_lr": "stage-1 SFT learning rate of the teachers",
-    "base_steps": "mixed-SFT steps of the student base before stage 2",
+    "seeds": "seeds to run (stages 1-2 and every baseline per seed; the table shows mean ± SE)",
+    "seed": "first seed",
+    "base_seed": "seed of the two pretrained bases (fixed across seeds, like downloaded checkpoints)",
+    "pretrain_mobile_share": "mobile share of the bases' pretraining mix (the paper's base is desktop-strong)",
+    "teacher_base_steps": "pretraining steps of the shared teacher base",
+    "base_steps": "pretraining steps of the student base",
+    "sft_desktop": "size of the finite desktop stage-1 corpus",
+    "sft_mobile": "size of the finite mobile stage-1 corpus",
+    "teacher_steps": "stage-1 SFT steps of each teacher on its platform's corpus",
+    "steps": "stage-2 RL steps (MOPD and the no-KL GRPO baseline)",
     "prompts_per_step": "prompts per RL step (half desktop, half mobile)",
     "rollout_n": "rollouts per prompt (GRPO group size)",
     "sft_batch": "SFT batch size",
+    "pretrain_lr": "pretraining learning rate of the student base",
+    "teacher_pretrain_lr": "pretraining learning rate of the teacher base",
+    "sft_lr": "stage-1 fine-tuning learning rate (teachers and the mixed-SFT baseline)",
+    "rl_lr": "stage-2 learning rate",
     "beta": "distillation_loss_coef of mopd_k3",
     "tau_kl": "reward gate: KL off for groups whose mean gate metric exceeds this",
     "gate_metric": "reward gate metric: acc (1 iff fully correct) or score",
     "size": "student model size: tiny (64 hidden, 2 layers) or small (128, 3)",
     "teacher_size": "teacher model size (tiny or small)",
-    "eval_tasks": "held-out tasks for the final greedy comparison",
-    "teachers": "ray: PlatformTeacherGroup hf workers on local Ray; local: same router, in-process",
-    "out": "output folder (metrics.jsonl, summary.json, demo.png, teachers/)",
-    "threads": "torch CPU threads of the driver",
-    "log_every": "print a table row every N steps",
+    "ties_density": "TIES merge: fraction of each task vector kept",
+    "eval_tasks": "held-out tasks per platform for the greedy comparison (same for every seed and model)",
+    "teachers": "local: router + hf score_rows in-process; ray: PlatformTeacherGroup hf workers on local Ray",
+    "workers": "parallel processes (0: one per seed; teachers=ray runs the seeds in this process)",
+    "out": "output folder (metrics.jsonl, summary.json, demo.png, bases/, seed*/)",
+    "bases": "folder of the pretrained bases (default OUT/bases; reused when their knobs match)",
+    "threads": "torch CPU threads per process",
+    "log_every": "print a table row every N RL steps",
 }
 
 
@@ -49,12 +62,9 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 def run_demo(args: argparse.Namespace) -> int:
     """Build a :class:`DemoConfig` from parsed ``args`` and run the demo. Returns the exit code."""
-    import transformers
+    from verl_mopd.demo.run import _quiet, run
 
-    from verl_mopd.demo.run import run
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    _quiet()
     cfg = DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})
     run(cfg)
     return 0

@@ -1,25 +1,42 @@
 """Seeded synthetic cross-platform GUI tasks: compact text screens, instructions, ground-truth actions.
 
 A screen is a 4 x 4 grid of cells on the 0-1000 relative grid; named elements sit in distinct
-cells, listed in focus order (a ``click`` targets the focused, first-listed element, so grounding
-is a fixed-offset copy a 2-layer model learns in a few hundred steps: the demo is about the
-platforms' conflicting action spaces, not about grounding). The instruction is one of a few intents, and the SAME intent has a DIFFERENT
-correct action on each platform, which is what makes one policy trained on both platforms'
-data average the two behaviours:
+cells, listed in focus order (a ``click`` targets the focused, first-listed element: grounding is
+a copy of its coordinates; a click by name among several elements needs a content lookup that a
+2-layer model does not learn in 500 steps, too slow for a CPU demo). The
+instruction is one of a few intents, and the SAME screen and intent have a DIFFERENT correct
+action on each platform:
 
-=============  =================================  ==========================================
-intent         desktop (``computer_use``)          mobile (``mobile_use``)
-=============  =================================  ==========================================
-click NAME     ``left_click`` at the element       ``click`` at the element
-back           ``key`` ``["alt", "left"]``         ``system_button`` ``Back``
-scroll down    ``scroll`` ``pixels: -5``           ``swipe`` ``[500, 750] -> [500, 250]``
-type "WORD"    ``type`` ``text: WORD``             ``type`` ``text: WORD`` (shared)
-task done      ``terminate`` ``success``           ``terminate`` ``success`` (shared)
-=============  =================================  ==========================================
+=============  ==================================  ==========================================
+intent         desktop (``computer_use``)           mobile (``mobile_use``)
+=============  ==================================  ==========================================
+click NAME     ``left_click`` at the element's      ``click`` at the element in the portrait
+               listed ``[x, y]``                    frame: ``[1000 - y, x]``
+back           ``key`` ``["alt", "left"]``          ``system_button`` ``Back``
+scroll down    ``scroll`` ``pixels: -5``            ``swipe`` ``[500, 750] -> [500, 250]``
+type "WORD"    ``type`` ``text: WORD``              ``type`` ``text: WORD`` (shared)
+task done      ``terminate`` ``success``            ``terminate`` ``success`` (shared)
+=============  ==================================  ==========================================
+
+The mobile frame is the conflict that costs capacity: screens are listed in the landscape frame
+and ``mobile_use`` clicks in portrait, a quarter turn, so the same listed screen asks the model to
+copy ``x, y`` on desktop and ``1000 - y, x`` on mobile. The two platforms need different routing
+of the same grounding circuit (which prompt token to copy first), not only a different action
+name (a 1-token conflict is learned from the platform token in a few steps). No cell is its own
+image, so a click in one platform's frame always misses on the other platform. A stand-in for the
+platforms' different screen geometries and action spaces.
+
+Reward boxes are +-``HALF_CELL`` = 100 around the cell centre; strict mode enlarges them by
+``bbox_scale`` 1.2 to +-120, which stays inside the 250-wide cell, so no point scores on two cells.
 
 Ground truths are the reward's own layout (``{"platform", "action", "bbox"}``, see
 ``verl_mopd.rewards``) and targets are rendered with ``verl_mopd.rewards.render_tool_call``, so
 the demo scores with exactly the reward a real run uses.
+
+Three disjoint task streams (``TaskStreams``) keep data roles apart as in the paper: the held-out
+eval set, the finite stage-1 SFT corpora (teachers and the mixed-SFT baseline), and the stage-2
+RL prompts (their ground truth is used only by the reward). Pretraining batches of the bases are
+drawn fresh from a platform mix that favours desktop.
 """
 
 from __future__ import annotations
@@ -30,12 +47,16 @@ import numpy as np
 
 from verl_mopd.rewards import PLATFORMS, normalize_action, render_tool_call
 
-__all__ = ["ELEMENTS", "WORDS", "INTENTS", "CELL_CENTERS", "Task", "make_task", "make_tasks", "corpus"]
+__all__ = [
+    "ELEMENTS", "WORDS", "INTENTS", "CELL_CENTERS", "HALF_CELL", "Task", "make_task", "make_tasks",
+    "sample_tasks", "corpus", "mobile_frame",
+]
 
 ELEMENTS = ("ok", "cancel", "search", "settings", "mail", "photos", "music", "share", "save", "delete")
 WORDS = ("hello", "cats", "news", "maps", "pizza", "train")
 CELL_CENTERS = (125, 375, 625, 875)
-HALF_CELL = 125
+#: half-width of a click box; x bbox_scale 1.2 = 120 < 125, so enlarged boxes never overlap
+HALF_CELL = 100
 N_ELEMENTS = 2
 #: intent -> sampling weight
 INTENTS = {"click": 0.5, "back": 0.15, "scroll": 0.15, "type": 0.12, "done": 0.08}
@@ -47,7 +68,7 @@ class Task:
 
     platform: ``"desktop"`` or ``"mobile"`` (the routing key).
     prompt: compact text screen + instruction, e.g.
-        ``desktop | ok 125 375 | mail 625 125 | save 875 875 | click mail``.
+        ``desktop | ok 125 375 | mail 625 125 | click ok``.
     ground_truth: ``{"platform", "action": {"action": NAME, ...}, "bbox"?}`` as the reward reads it.
     target: the correct response, ``<tool_call> {...} </tool_call>``.
     intent: the intent name (for per-intent diagnostics).
@@ -60,10 +81,17 @@ class Task:
     intent: str
 
 
+def mobile_frame(x: int, y: int) -> tuple[int, int]:
+    """Listed (landscape) ``(x, y)`` -> the point ``mobile_use`` clicks (portrait): ``(1000 - y, x)``."""
+    return 1000 - y, x
+
+
 def _action(platform: str, intent: str, element: tuple | None, word: str | None) -> tuple[dict, list | None]:
     desktop = platform == "desktop"
     if intent == "click":
         _, x, y = element
+        if not desktop:
+            x, y = mobile_frame(x, y)
         box = [x - HALF_CELL, y - HALF_CELL, x + HALF_CELL, y + HALF_CELL]
         return {"action": "left_click" if desktop else "click", "coordinate": [x, y]}, box
     if intent == "back":
@@ -100,12 +128,34 @@ def make_task(platform: str, rng: np.random.Generator) -> Task:
     return Task(platform, f"{platform} | {screen} | {instruction}", ground_truth, target, intent)
 
 
-def make_tasks(n: int, seed: int, platforms: tuple[str, ...] = ("desktop", "mobile")) -> list[Task]:
-    """``n`` tasks, platforms alternating in the order given (so a batch is balanced), seeded."""
+def _draw(platform_of, n: int, seed: int, exclude: frozenset[str] | set[str]) -> list[Task]:
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        t = make_task(platform_of(len(out), rng), rng)
+        if t.prompt not in exclude:
+            out.append(t)
+    return out
+
+
+def make_tasks(n: int, seed: int, platforms: tuple[str, ...] = ("desktop", "mobile"),
+               exclude: frozenset[str] | set[str] = frozenset()) -> list[Task]:
+    """``n`` tasks, platforms alternating in the order given (so a batch is balanced), seeded.
+
+    ``exclude``: prompts to skip (redrawn), so a training stream never contains a held-out prompt.
+    """
     if n < 0:
         raise ValueError(f"n={n}: must be >= 0")
-    rng = np.random.default_rng(seed)
-    return [make_task(platforms[i % len(platforms)], rng) for i in range(n)]
+    return _draw(lambda i, rng: platforms[i % len(platforms)], n, seed, exclude)
+
+
+def sample_tasks(n: int, seed: int, mobile_share: float, exclude: frozenset[str] | set[str] = frozenset()) -> list[Task]:
+    """``n`` tasks whose platform is mobile with probability ``mobile_share`` (a skewed mix), seeded."""
+    if n < 0:
+        raise ValueError(f"n={n}: must be >= 0")
+    if not 0.0 <= mobile_share <= 1.0:
+        raise ValueError(f"mobile_share={mobile_share!r}: must be in [0, 1]")
+    return _draw(lambda i, rng: "mobile" if rng.random() < mobile_share else "desktop", n, seed, exclude)
 
 
 def corpus() -> list[str]:

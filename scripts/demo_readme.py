@@ -1,0 +1,127 @@
+"""Re-measure the CPU demo and write its numbers into README.md (a check, not a timed test).
+
+    python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
+    python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 1.0, 3 seeds each
+
+``table`` runs ``python -m verl_mopd.demo`` in a child process from a fresh folder (so the bases are
+pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
+ratio, and the wall and CPU time of the whole process tree. ``sweep`` runs the stage-1/2 part per
+beta from shared bases and records MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the
+KL-on fraction. Each writes the README block between its ``<!-- demo-...:start/end -->`` markers
+(``--no-write`` only prints). Timings depend on the machine's load; the block says how many cores
+the machine has and its load average when the run started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BETAS = (0.01, 0.1, 0.3, 1.0)
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """``text`` with the lines between ``<!-- {name}:start -->`` and ``<!-- {name}:end -->`` replaced."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ValueError(f"README.md needs exactly one {start} ... {end} block")
+    head, rest = text.split(start)
+    _, tail = rest.split(end)
+    return f"{head}{start}\n{body.rstrip()}\n{end}{tail}"
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start"
+
+
+def table(out: Path) -> str:
+    from verl_mopd.demo.run import comparison_table, difference_table
+
+    shutil.rmtree(out, ignore_errors=True)
+    machine = _machine()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    env = os.environ | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    subprocess.run([sys.executable, "-m", "verl_mopd.demo", f"--out={out}"], check=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    s = json.loads((out / "summary.json").read_text())
+    g, cfg = s["grad_ratio"], s["config"]
+    return "\n".join([
+        f"Measured by `python scripts/demo_readme.py table`: `verl-mopd demo` at its defaults ({cfg['seeds']} seeds, "
+        f"{cfg['eval_tasks']} held-out tasks per platform, greedy), **{wall:.0f} s wall, {cpu:.0f} s CPU** for the "
+        f"whole process tree ({machine}). Mean ± standard error over seeds:",
+        "",
+        comparison_table(s["aggregate"]),
+        "",
+        "Paired per seed (MOPD − X on the same tasks; *above*/*below*: more than 2 standard errors from 0):",
+        "",
+        difference_table(s["aggregate"]),
+        "",
+        f"beta = {cfg['beta']}: `beta*|grad K3| / |grad PG|` median {g['median']:.2f} (10-90%: {g['q10']:.2f}-"
+        f"{g['q90']:.2f}) over {g['steps']} MOPD steps with reward variance.",
+    ])
+
+
+def _window(records, key, first: bool, n: int = 10) -> float:
+    vals = []
+    for seed in sorted({r["seed"] for r in records}):
+        rs = [r[key] for r in records if r["seed"] == seed]
+        vals += [v for v in (rs[:n] if first else rs[-n:]) if v == v]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def sweep(out: Path) -> str:
+    from verl_mopd.demo.run import DemoConfig, run
+
+    machine = _machine()
+    rows = ["| beta | MOPD desktop acc | MOPD mobile acc | beta·‖∇K3‖/‖∇PG‖ median (10-90%) | "
+            "K3 desktop, first → last 10 steps | K3 mobile | KL-on fraction |", "|---|---|---|---|---|---|---|"]
+    for beta in BETAS:
+        cfg = DemoConfig(beta=beta, baselines=False, plot=False, out=str(out / f"beta{beta}"), bases=str(out / "bases"))
+        s = run(cfg)
+        recs = [r for r in s["records"] if r["run"] == "mopd"]
+        t, g = s["aggregate"]["table"]["MOPD student"], s["grad_ratio"]
+        rows.append(
+            f"| {beta} | {t['desktop']['acc'][0]:.3f} ± {t['desktop']['acc'][1]:.3f} | "
+            f"{t['mobile']['acc'][0]:.3f} ± {t['mobile']['acc'][1]:.3f} | "
+            f"{g['median']:.2f} ({g['q10']:.2f}-{g['q90']:.2f}) | "
+            + " | ".join(f"{_window(recs, f'k3/{p}', True):.3f} → {_window(recs, f'k3/{p}', False):.3f}"
+                         for p in ("desktop", "mobile"))
+            + f" | {_window(recs, 'mask_on_fraction', True):.2f} → {_window(recs, 'mask_on_fraction', False):.2f} |")
+    cfg = DemoConfig()
+    return "\n".join([
+        f"Measured by `python scripts/demo_readme.py sweep` ({cfg.seeds} seeds per beta, everything else at the "
+        f"defaults, {machine}). Mean ± standard error over seeds:", "", *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["table", "sweep"])
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: TMPDIR/verl-mopd-demo-<what>)")
+    parser.add_argument("--no-write", action="store_true", help="print the block, leave README.md alone")
+    args = parser.parse_args(argv)
+    out = (args.out or Path(tempfile.gettempdir()) / f"verl-mopd-demo-{args.what}").resolve()
+    body = table(out) if args.what == "table" else sweep(out)
+    print(body)
+    if not args.no_write:
+        readme = ROOT / "README.md"
+        readme.write_text(replace_block(readme.read_text(), f"demo-{args.what}", body))
+        print(f"\nwrote the demo-{args.what} block of {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
