@@ -1,14 +1,15 @@
 """Re-measure the CPU demo and write its numbers into README.md (a check, not a timed test).
 
     python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
-    python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 1.0, 3 seeds each
+    python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
 
 ``table`` runs ``python -m verl_mopd.demo`` in a child process from a fresh folder (so the bases are
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
-ratio, and the wall and CPU time of the whole process tree. ``sweep`` runs the stage-1/2 part per
-beta from shared bases and records MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the
-KL-on fraction. Each writes the README block between its ``<!-- demo-...:start/end -->`` markers
-(``--no-write`` only prints). Timings depend on the machine's load; the block says how many cores
+ratio, and the wall and CPU time of the whole process tree; it copies the run's ``demo.png`` to
+``docs/demo.png``. ``sweep`` runs the stage-1/2 part per beta from shared bases and records
+MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the KL-on fraction. Each writes the README
+block between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints and copies
+nothing). Timings depend on the machine's load; the block says how many cores
 the machine has and its load average when the run started.
 """
 
@@ -28,7 +29,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-BETAS = (0.01, 0.1, 0.3, 1.0)
+BETAS = (0.01, 0.1, 0.3, 0.5, 1.0)
+#: where ``table`` puts the run's demo.png (the README shows it under the table)
+PLOT = "docs/demo.png"
 
 
 def replace_block(text: str, name: str, body: str) -> str:
@@ -72,6 +75,8 @@ def table(out: Path) -> str:
         "",
         f"beta = {cfg['beta']}: `beta*|grad K3| / |grad PG|` median {g['median']:.2f} (10-90%: {g['q10']:.2f}-"
         f"{g['q90']:.2f}) over {g['steps']} MOPD steps with reward variance.",
+        "",
+        f"![demo.png of this run: per-platform rollout reward of MOPD and GRPO, K3, gradient-norm ratio]({PLOT})",
     ])
 
 
@@ -119,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         readme = ROOT / "README.md"
         readme.write_text(replace_block(readme.read_text(), f"demo-{args.what}", body))
+        if args.what == "table":
+            shutil.copyfile(out / "demo.png", ROOT / PLOT)
         print(f"\nwrote the demo-{args.what} block of {readme}")
     return 0
 

@@ -141,6 +141,9 @@ def _check_outputs(summary, out, cfg, runs):
     for s in summary["per_seed"]:
         assert {"teachers", "mopd", "evals"} <= set(s["stage_s"]) and s["cpu_s"] > 0
         assert s["sft_sizes"] == {"desktop": cfg.sft_desktop, "mobile": cfg.sft_mobile}
+        # mixed SFT on the stage-1 budget: as many SFT steps as the two teachers together (unless set)
+        assert s["sft_steps"] == ({"teacher:desktop": cfg.teacher_steps, "teacher:mobile": cfg.teacher_steps}
+                                  | ({"mixed SFT": cfg.mixed_sft_steps or 2 * cfg.teacher_steps} if cfg.baselines else {}))
         for p in ("desktop", "mobile"):
             assert (out / f"seed{s['seed']}" / "teachers" / p / "config.json").exists()
         expected = [m for m in MODELS if cfg.baselines or m not in BASELINES or m == "student base"]
@@ -206,6 +209,7 @@ def test_bad_config_names_the_field():
                           (dict(teacher_size="huge"), "demo.teacher_size='huge'"), (dict(seeds=0), "demo.seeds=0"),
                           (dict(beta=-1.0), "demo.beta=-1.0"), (dict(rl_lr=0.0), "demo.rl_lr=0.0"),
                           (dict(pretrain_mobile_share=2.0), "demo.pretrain_mobile_share=2.0"),
+                          (dict(mixed_sft_steps=-1), "demo.mixed_sft_steps=-1"),
                           (dict(teachers="ray", workers=3), "demo.workers=3 with teachers='ray'")):
         with pytest.raises(ValueError, match=match.replace("(", r"\(")):
             DemoConfig(**kwargs)

@@ -2,8 +2,9 @@
 
 - stage 0, the pretrained bases (the paper's Qwen3-VL-32B / -8B), shared by every seed: a
   ``teacher_size`` teacher base and a ``size`` student base, each trained from random init on
-  fresh tasks of a mix with few mobile tasks (``pretrain_mobile_share``), so that both click well
-  on desktop and poorly on mobile, as the paper's bases do;
+  fresh tasks of a platform mix (``pretrain_mobile_share``) for a few steps only, so that both are
+  part-way through learning to click (the student base more so than the bigger teacher base) and
+  every stage-2 method has room to improve on both platforms;
 - stage 1 (per seed): finite, imbalanced per-platform SFT corpora (``sft_desktop`` :
   ``sft_mobile``; the paper's Uni-GUI is ~2 : 1); one teacher per platform, each fine-tuned from
   the ONE shared teacher base on its platform's corpus;
@@ -11,7 +12,8 @@
   separate RL prompts (disjoint from the corpora and the eval set; their ground truth is used only
   by the reward);
 - baselines (per seed): GRPO without the KL term (same prompts and sampling seeds: common random
-  numbers), mixed SFT of the student base on the union of the corpora (as many optimizer steps),
+  numbers), mixed SFT of the student base on the union of the corpora (the stage-1 recipe: as many
+  SFT steps as the two teachers together, at their lr and batch),
   and the weight average and TIES merge of the two teachers (``verl_mopd.eval.merge``);
 - greedy eval of every model on the same held-out ``eval_tasks`` tasks per platform (fixed, the
   same for every seed).
@@ -103,8 +105,12 @@ class DemoConfig:
         of the teachers and mixed SFT (a converged base fine-tuned at its pretraining lr can
         collapse in a few Adam steps).
     steps: stage-2 RL steps (MOPD and the no-KL GRPO baseline), ``prompts_per_step`` x
-        ``rollout_n`` rollouts each (GRPO groups of ``rollout_n``); the mixed-SFT baseline gets
-        as many optimizer steps of ``sft_batch`` samples at ``sft_lr``.
+        ``rollout_n`` rollouts each (GRPO groups of ``rollout_n``).
+    mixed_sft_steps: SFT steps of the mixed-SFT baseline on the union of the corpora (``sft_batch``
+        samples at ``sft_lr``); 0 = the stage-1 budget, ``2 * teacher_steps`` (as many samples as
+        the two teachers together), which is the paper's baseline: the stage-1 recipe on the
+        mixed data. ``--mixed-sft-steps``
+        ``= steps`` gives it as many optimizer steps as RL instead.
     beta: ``distillation_loss_coef`` (0.3: chosen by the logged sweep in the README; the paper's
         0.01 makes the K3 term ~2% of the update at this scale); tau_kl / gate_metric: the gate.
     eval_tasks: held-out tasks PER PLATFORM, the same for every seed and model.
@@ -118,13 +124,14 @@ class DemoConfig:
     seeds: int = 3
     seed: int = 0
     base_seed: int = 0
-    pretrain_mobile_share: float = 0.1
-    teacher_base_steps: int = 200
-    base_steps: int = 200
-    sft_desktop: int = 512
-    sft_mobile: int = 256
-    teacher_steps: int = 60
-    steps: int = 100
+    pretrain_mobile_share: float = 0.6
+    teacher_base_steps: int = 80
+    base_steps: int = 80
+    sft_desktop: int = 128
+    sft_mobile: int = 64
+    teacher_steps: int = 20
+    steps: int = 250
+    mixed_sft_steps: int = 0
     prompts_per_step: int = 16
     rollout_n: int = 4
     sft_batch: int = 64
@@ -151,8 +158,8 @@ class DemoConfig:
 
     def __post_init__(self):
         for name in ("seeds", "teacher_base_steps", "base_steps", "sft_desktop", "sft_mobile", "teacher_steps", "steps",
-                     "prompts_per_step", "rollout_n", "sft_batch", "eval_tasks", "max_new_tokens", "threads",
-                     "log_every", "workers", "seed", "base_seed"):
+                     "mixed_sft_steps", "prompts_per_step", "rollout_n", "sft_batch", "eval_tasks", "max_new_tokens",
+                     "threads", "log_every", "workers", "seed", "base_seed"):
             v = getattr(self, name)
             low = 0 if name.endswith("steps") or name in ("workers", "seed", "base_seed") else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
@@ -180,6 +187,11 @@ class DemoConfig:
             raise ValueError(f"demo.pretrain_mobile_share={self.pretrain_mobile_share!r}: must be in [0, 1]")
         if not 0.0 < self.ties_density <= 1.0:
             raise ValueError(f"demo.ties_density={self.ties_density!r}: must be in (0, 1]")
+
+    @property
+    def mixed_steps(self) -> int:
+        """SFT steps of the mixed-SFT baseline (``mixed_sft_steps``, or the stage-1 budget)."""
+        return self.mixed_sft_steps or 2 * self.teacher_steps
 
     @property
     def n_workers(self) -> int:
@@ -573,7 +585,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
 
     Returns ``{"seed", "eval": {model: {platform: {reward, acc, intents}}}, "records": [...],
     "teacher_queries": {teacher: {platform: rows}}, "stage_s": {...}, "cpu_s", "wall_s",
-    "sft_sizes": {platform: n}}``.
+    "sft_sizes": {platform: n}, "sft_steps": {"teacher:<platform>" | "mixed SFT": n}}``.
     """
     from verl_mopd.eval.merge import MergeConfig, merge_checkpoints
 
@@ -581,7 +593,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
     wall0, cpu0 = time.perf_counter(), time.process_time()
     root = Path(cfg.out) / f"seed{seed}"
     tok = build_tokenizer()
-    evals, stage_s = {}, {}
+    evals, stage_s, sft_steps = {}, {}, {}
     held_out = eval_set(cfg.eval_tasks)
     held = frozenset(t.prompt for t in held_out)
 
@@ -602,6 +614,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
         teacher = _load(bases["teacher"], tok)
         batches = corpus_batches(corpora[p], cfg.sft_batch, cfg.teacher_steps, _seed(seed, f"teacher:{p}"))
         losses = sft(teacher, batches, cfg.sft_lr)
+        sft_steps[f"teacher:{p}"] = len(losses)
         paths[p] = _save(teacher, root / "teachers" / p)
         log(f"seed {seed}  stage 1 {p} teacher: {len(losses)} SFT steps on {len(corpora[p])} tasks, "
             f"final loss {losses[-1] if losses else float('nan'):.4f}")
@@ -645,7 +658,8 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
         t0 = time.perf_counter()
         mixed = _load(bases["student"], tok)
         union = corpora["desktop"] + corpora["mobile"]
-        sft(mixed, corpus_batches(union, cfg.sft_batch, cfg.steps, _seed(seed, "mixed")), cfg.sft_lr)
+        batches = corpus_batches(union, cfg.sft_batch, cfg.mixed_steps, _seed(seed, "mixed"))
+        sft_steps["mixed SFT"] = len(sft(mixed, batches, cfg.sft_lr))
         ev("mixed SFT", mixed)
         for method, name in (("average", "weight average"), ("ties", "TIES")):
             merged = root / "merged" / method
@@ -656,7 +670,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
         timed("baselines", t0)
 
     return {"seed": seed, "eval": evals, "records": records, "teacher_queries": queries, "stage_s": stage_s,
-            "sft_sizes": {p: len(c) for p, c in corpora.items()},
+            "sft_sizes": {p: len(c) for p, c in corpora.items()}, "sft_steps": sft_steps,
             "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}
 
 
