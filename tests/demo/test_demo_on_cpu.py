@@ -1,6 +1,7 @@
 """The CPU demo: synthetic tasks, tokenizer, seed statistics, the gradient-norm ratio, and a
 shortened multi-seed end-to-end run of both stages and every baseline."""
 
+import argparse
 import copy
 import json
 import math
@@ -202,6 +203,14 @@ def test_default_generation_budget_fits_every_target():
     tok = build_tokenizer()
     longest = max(len(tok(t.target)["input_ids"]) for t in make_tasks(400, seed=0))
     assert longest + 1 <= DemoConfig().max_new_tokens  # + <eos>: a cut-off swipe would score invalid
+
+
+def test_mixed_sft_budget_is_the_stage1_budget_unless_set():
+    from verl_mopd.demo.cli import add_demo_arguments
+
+    assert DemoConfig(teacher_steps=7).mixed_steps == 14  # as many SFT steps as the two teachers together
+    args = add_demo_arguments(argparse.ArgumentParser()).parse_args(["--mixed-sft-steps=250", "--teacher-steps=7"])
+    assert DemoConfig(**vars(args)).mixed_steps == 250
 
 
 def test_bad_config_names_the_field():

@@ -109,8 +109,7 @@ class DemoConfig:
     mixed_sft_steps: SFT steps of the mixed-SFT baseline on the union of the corpora (``sft_batch``
         samples at ``sft_lr``); 0 = the stage-1 budget, ``2 * teacher_steps`` (as many samples as
         the two teachers together), which is the paper's baseline: the stage-1 recipe on the
-        mixed data. ``--mixed-sft-steps``
-        ``= steps`` gives it as many optimizer steps as RL instead.
+        mixed data. ``mixed_sft_steps = steps`` gives it as many optimizer steps as RL instead.
     beta: ``distillation_loss_coef`` (0.3: chosen by the logged sweep in the README; the paper's
         0.01 makes the K3 term ~2% of the update at this scale); tau_kl / gate_metric: the gate.
     eval_tasks: held-out tasks PER PLATFORM, the same for every seed and model.
@@ -557,7 +556,7 @@ def _stamp(cfg: DemoConfig, role: str) -> dict:
 
 def pretrain_base(cfg: DemoConfig, role: str, log=print) -> str:
     """Stage 0 for ``role`` (``teacher`` or ``student``): SFT from random init on fresh tasks of the
-    desktop-skewed mix, constant lr. Saved to ``{cfg.bases or cfg.out/bases}/{role}``; a base saved
+    ``pretrain_mobile_share`` platform mix, constant lr. Saved to ``{cfg.bases or cfg.out/bases}/{role}``; a base saved
     there with the same stamp (knobs, vocabulary, first batch) is reused. Returns the folder."""
     torch.set_num_threads(cfg.threads)
     path = Path(cfg.bases or Path(cfg.out) / "bases") / role

@@ -33,10 +33,11 @@ Ground truths are the reward's own layout (``{"platform", "action", "bbox"}``, s
 ``verl_mopd.rewards``) and targets are rendered with ``verl_mopd.rewards.render_tool_call``, so
 the demo scores with exactly the reward a real run uses.
 
-Three disjoint task streams (``TaskStreams``) keep data roles apart as in the paper: the held-out
-eval set, the finite stage-1 SFT corpora (teachers and the mixed-SFT baseline), and the stage-2
-RL prompts (their ground truth is used only by the reward). Pretraining batches of the bases are
-drawn fresh from a platform mix that favours desktop.
+Three disjoint task streams keep data roles apart as in the paper: the held-out eval set, the
+finite stage-1 SFT corpora (teachers and the mixed-SFT baseline), and the stage-2 RL prompts
+(their ground truth is used only by the reward); ``verl_mopd.demo.run`` draws each with
+``exclude``, so none holds another's prompt. Pretraining batches of the bases are drawn fresh from
+a platform mix (``DemoConfig.pretrain_mobile_share``).
 """
 
 from __future__ import annotations
