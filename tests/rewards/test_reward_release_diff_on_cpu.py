@@ -187,14 +187,19 @@ def release_rows(draw):
 
 
 def numpy_boxes(extra):
-    """The boxes as a pandas-read row holds them (numpy arrays), everything else as it is."""
+    """The boxes as a pandas-read row holds them (numpy arrays), everything else as it is.
+
+    Only boxes a parquet list column can hold (numbers of one kind, not ragged) become arrays.
+    """
     out = dict(extra)
     for k in ("bbox", "bbox2", "other_bbox", "other_bbox2"):
         if isinstance(out.get(k), list) and out[k]:
             try:
-                out[k] = np.array(out[k])
+                array = np.array(out[k])
             except ValueError:  # ragged
-                pass
+                continue
+            if array.dtype.kind in "iuf" and array.tolist() == out[k]:
+                out[k] = array
     return out
 
 
