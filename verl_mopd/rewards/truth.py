@@ -20,8 +20,9 @@ The row shapes verl produces: ``ground_truth`` a string (``RLHFDataset`` reads p
 a dict whose lists are numpy arrays; ``extra_info`` a dict (``RLHFDataset`` replaces a missing
 one by ``{}``) or None (``main_eval`` passes none). :func:`to_plain` makes numpy values plain.
 
-Reading is memoized per ground-truth string (:data:`CACHE_SIZE` strings): verl scores every
-prompt ``rollout.n`` times, and the memo holds only immutable readings of immutable strings.
+Reading is memoized per ground-truth string (:data:`CACHE_SIZE` strings), since verl scores
+every prompt ``rollout.n`` times; a memoized reading is shared, so treat what
+:func:`read_ground_truth` returns as read-only.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from verl_mopd.rewards.actions import (
 from verl_mopd.rewards.ui_mopd import release_call
 
 CACHE_SIZE = 4096  # ground-truth strings kept read (a step's prompts, several steps over)
-LAYOUTS = ("json", "tool_call")
 
 Box = tuple[float, float, float, float]
 
@@ -263,7 +263,8 @@ def adds_nothing(gt: GroundTruth, extra: Mapping) -> bool:
 def read_ground_truth(ground_truth: Any, extra_info: Mapping | None = None) -> GroundTruth:
     """Read either layout (see the module docstring); raises ValueError naming the field when it cannot.
 
-    ``extra_info`` must be a dict or None.
+    ``extra_info`` must be a dict or None. The reading of a string may be shared (memoized): do
+    not mutate it.
     """
     extra = extra_mapping(extra_info)
     gt = _read_string(ground_truth) if isinstance(ground_truth, str) else _read_alone(ground_truth)
@@ -306,7 +307,6 @@ def targets_of(ground_truth: Any, extra: Mapping) -> tuple[str, tuple[Target, ..
 
 __all__ = [
     "CACHE_SIZE",
-    "LAYOUTS",
     "Box",
     "GroundTruth",
     "Target",

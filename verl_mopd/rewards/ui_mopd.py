@@ -34,7 +34,7 @@ reward manager. The behaviours that matter for reproduction:
   the first closing tag; 0 when there is none.
 
 Where :func:`~verl_mopd.rewards.score.compute_score` (``mode="ui_mopd"``) departs from the
-release, all of it on rows the release cannot score:
+release (rows where it raises, cannot read a box, or cannot read the ground truth), and nowhere else:
 
 - ``extra_info`` that is not a dict (None, a list, a string, 0, ``""``) is read as ``{}``. The
   release calls ``extra_info.get`` on it: it returns a result only when the first label scores
