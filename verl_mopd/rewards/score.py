@@ -128,7 +128,7 @@ class ScoreConfig:
         return {"correct": self.correct, "partial": self.partial, "invalid": self.invalid}[level]
 
 
-# Named presets for published evaluators (point rule, text rule); see shared/reference/gui_actions.md.
+# Named presets for published evaluators (point rule, text rule): the evaluator is named above each.
 PRESETS: Mapping[str, dict[str, Any]] = {
     # Qwen2.5-VL AndroidControl eval (also InfiGUI-R1): box x1.2, else 0.04; AgentNet-style text.
     "default": {},
