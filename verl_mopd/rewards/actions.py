@@ -18,7 +18,7 @@ Public API (stable; the data pipeline and the prompt builder import it):
   the 0-1000 relative grid of Qwen3-VL.
 
 Sources: Qwen3-VL's ``computer_use`` / ``mobile_use`` tools (Qwen-Agent, Qwen3-VL cookbooks);
-``ask_user`` from MobileWorld. See ``shared/reference/gui_actions.md``.
+``ask_user`` from MobileWorld.
 """
 
 from __future__ import annotations

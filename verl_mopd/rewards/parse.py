@@ -1,6 +1,7 @@
 """Tolerant parser: model text -> :class:`~verl_mopd.rewards.actions.Action` or :class:`ParseError`.
 
-What real Qwen3-VL output looks like, and what we accept (``shared/reference/gui_actions.md``):
+What real Qwen3-VL output looks like (Qwen-Agent's ``computer_use`` / ``mobile_use`` tools and
+the Qwen3-VL cookbooks), and what we accept:
 
 1. Thinking. Qwen3-VL Thinking templates put ``<think>`` in the prompt, so a response often holds
    only ``</think>``. We parse only the text after the LAST ``</think>`` (or ``</thinking>``); a

@@ -133,7 +133,7 @@ class ScoreConfig:
         return getattr(self, level)
 
 
-# Named presets for published evaluators (point rule, text rule); see shared/reference/gui_actions.md.
+# Named presets for published evaluators (point rule, text rule): the evaluator is named above each.
 PRESETS: Mapping[str, dict[str, Any]] = {
     # Qwen2.5-VL AndroidControl eval (also InfiGUI-R1): box x1.2, else 0.04; AgentNet-style text.
     "default": {},
