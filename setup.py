@@ -6,6 +6,12 @@ from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 
+# A CPU machine: torch pinned so that pip takes the CPU wheel instead of resolving a multi-GB CUDA
+# build through verl's dependencies (CUDA machines bring their own torch and skip these extras).
+CPU_TORCH = ["torch==2.13.0"]
+# `verl-mopd demo`: the CPU torch and the plot
+DEMO = [*CPU_TORCH, "matplotlib"]
+
 setup(
     name="verl-mopd",
     version="0.1.0",
@@ -28,17 +34,20 @@ setup(
         "datasets",
         "pillow",
         "tqdm",
-        "matplotlib",  # verl-mopd demo's plot
         "pyarrow>=19",
         "transformers>=5.5.3,<5.11,!=5.6.0",
         "numpy>=2.0",
         "rapidfuzz>=3.9,<4",  # bounded-time edit similarity in the reward (C, bit-parallel Levenshtein)
+        # ray[default] (via TransferQueue) takes any virtualenv >= 20.0.24, but virtualenv >= 21.14.6
+        # needs packaging >= 26.3 while pyvers (tensordict, via TransferQueue) caps packaging < 26:
+        # without this bound pip downloads ~22 virtualenv releases before it finds one that fits
+        "virtualenv>=20.26,<21.14.6",
     ],
     extras_require={
-        # CPU test stack. torch is pinned so that a CPU machine takes the CPU wheel instead of
-        # resolving a multi-GB CUDA build through verl's dependencies.
+        "demo": DEMO,
+        # the CPU test suite: the demo's stack, the test tools, and what the tests drive for real
         "test": [
-            "torch==2.13.0",
+            *DEMO,
             "pytest>=8",
             "hypothesis>=6.100",
             # the online-eval harness tests: OSWorld's VM pins pyautogui 0.9.54 (its keyboard code runs

@@ -1,5 +1,8 @@
 """Target of the ``verl.plugins`` entry point: importing it registers verl-mopd.
 
+It stays light: :func:`verl_mopd.plugin.register` imports nothing of verl's and fills each registry
+when verl's module holding it is imported, so ``import verl`` costs what verl alone costs.
+
 verl 0.9.1 imports every entry point of that group while ``import verl`` runs and logs a failure
 only at debug level; we warn loudly instead, then re-raise for verl's own handler.
 """

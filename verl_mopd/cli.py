@@ -11,7 +11,12 @@
     verl-mopd validate-recipe FILE [key=value ...] [--print]
                                      compose a recipe with verl's config and check it (no Ray, no GPU)
 
-Only the chosen command's module is imported (verl and torch take seconds to import).
+Only the chosen command's module is imported (verl and torch take seconds to import): ``--help``,
+``--version`` and a mistyped command answer without either. Each command is one entry of
+:data:`COMMANDS`: its help, the function that adds its arguments and the one that runs it, both
+named as ``"module:function"`` and imported only when that command is chosen.
+
+Known third-party start-up warnings (:mod:`verl_mopd.quiet`) are hidden unless ``--debug``.
 
 Errors: :func:`main` is the one error boundary. A user mistake (a bad option value, a missing
 or malformed file, a bad line) is printed as one line, ``verl-mopd <command>: error: ...``,
@@ -27,6 +32,7 @@ included), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -34,7 +40,8 @@ import traceback
 
 #: command -> (help, "module:add_arguments" or None, "module:run")
 COMMANDS = {
-    "check": ("check that mopd_k3 is registered in verl", None, "verl_mopd.cli:_check"),
+    "check": ("check that mopd_k3 is registered in verl here (versions, entry point, Megatron stack)", None,
+              "verl_mopd.cli:_check"),
     "demo": ("both UI-MOPD stages end to end on CPU (tiny models, no download)",
              "verl_mopd.demo.cli:add_demo_arguments", "verl_mopd.demo.cli:run_demo"),
     "score": ("score model outputs with the GUI action reward",
@@ -90,17 +97,37 @@ def _validate_recipe(args: argparse.Namespace) -> int:
     return validate_recipe_cli(args.file, args.overrides, args.print_config)
 
 
+def _version() -> str:
+    import importlib.metadata as md
+
+    from verl_mopd import __version__
+
+    try:
+        return f"verl-mopd {__version__} (verl {md.version('verl')})"
+    except md.PackageNotFoundError:
+        return f"verl-mopd {__version__} (verl not installed)"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only ``command``'s arguments are loaded (all of them when None)."""
+    """The parser; only ``command``'s arguments are loaded (none when None: the list of commands)."""
     parser = argparse.ArgumentParser(prog="verl-mopd", description="Multi-teacher on-policy distillation for verl")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of errors (also: VERL_MOPD_DEBUG=1)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of user errors and third-party start-up warnings (also: VERL_MOPD_DEBUG=1)")
+    parser.add_argument("--version", action="version", version=_version(), help="print the versions and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, add_arguments, run) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        if add_arguments and command in (None, name):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if add_arguments and command == name:
             _load(add_arguments)(p)
         p.set_defaults(func=run)
     return parser
+
+
+def _unknown_command(parser: argparse.ArgumentParser, command: str) -> None:
+    """argparse's error for a command that does not exist, with the nearest one (exit 2)."""
+    close = difflib.get_close_matches(command, COMMANDS, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    parser.error(f"unknown command {command!r}{hint} (commands: {', '.join(COMMANDS)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv[:end] or os.environ.get("VERL_MOPD_DEBUG", "") not in ("", "0")
     argv = [a for i, a in enumerate(argv) if not (a == "--debug" and i < end)]
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command if command in COMMANDS else None).parse_args(argv)
+    parser = build_parser(command if command in COMMANDS else None)
+    if command is not None and command not in COMMANDS:
+        _unknown_command(parser, command)
+    args = parser.parse_args(argv)
+    if not debug:
+        from verl_mopd.quiet import hide_known_warnings
+
+        hide_known_warnings()
     try:
         return int(_load(args.func)(args) or 0)
     except KeyboardInterrupt:

@@ -1,7 +1,5 @@
 """Every example YAML validates; every example folder has a README and runnable code; the tour links them."""
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
@@ -23,19 +21,14 @@ def test_the_examples_are_found():
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: p.relative_to(EXAMPLES).as_posix())
 def test_example_yaml_validates(path, capsys):
+    # the reward-only one too: a plain verl GRPO run needs no mopd block
+    assert validate_recipe_cli(str(path), []) == 0, capsys.readouterr().err
     cfg = compose_recipe(str(path))
-    if OmegaConf.select(cfg, "mopd") is not None:  # an MOPD recipe: verl's checks and ours
-        assert validate_recipe_cli(str(path), []) == 0, capsys.readouterr().err
+    if OmegaConf.select(cfg, "mopd") is not None:
         return
-    # a plain verl run (the reward alone): verl's own dataclasses and validate_config, and the reward loads
+    # a plain verl run (the reward alone): the reward loads through verl and grades
     from verl.trainer.ppo.reward import get_custom_reward_fn
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
 
-    for section in ("actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algorithm"):
-        omega_conf_to_dataclass(OmegaConf.select(cfg, section))
-    with contextlib.redirect_stdout(io.StringIO()):
-        validate_config(cfg, need_reference_policy(cfg), need_critic(cfg))
     fn = get_custom_reward_fn(cfg)
     call = ('<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [10, 10]}}'
             "</tool_call>")

@@ -104,6 +104,10 @@ def test_reward_levels(response, truth, score, acc):
 def test_recipe_validates_with_three_domains_and_three_teachers(data_dir, capsys):
     overrides = [f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet"]
     assert validate_recipe_cli(str(RECIPE), overrides) == 0, capsys.readouterr().err
+    # the README's "four warnings": one per path not on this machine (3 placeholder teachers, the hub id)
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("WARNING:")]
+    assert len(warned) == 4 and all("does not exist on this machine" in w for w in warned), warned
+    assert sum("mopd.teachers." in w for w in warned) == 3 and "Qwen/Qwen3-0.6B" in warned[-1]
     cfg = _compose(data_dir)
     teachers = hooks.teachers_config_from(cfg)
     assert teachers.platforms == DOMAINS and teachers.routing_key == "domain"
@@ -112,6 +116,10 @@ def test_recipe_validates_with_three_domains_and_three_teachers(data_dir, capsys
 
 
 @pytest.mark.parametrize("overrides, message", [
+    # the README's one override: the recipe still composes and the domain left without a teacher is named
+    (["~mopd.teachers.sorting"],
+     "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
+    (["~mopd.teachers.sorting"], "val data has platform(s) ['sorting'] with no teacher"),
     (["~mopd.teachers.sorting", "~distillation.teacher_models.sorting", "distillation.nnodes=2"],
      "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
     (["+mopd.teachers.poetry={model_path: /p, backend: server}"],

@@ -50,6 +50,57 @@ def test_plain_import_verl_registers_mopd_k3_through_the_entry_point():
     assert "registered" in out.stdout
 
 
+def test_the_entry_point_imports_nothing_of_verls_trainer_and_every_registry_still_fills():
+    """`import verl` costs what verl costs: the registries fill when verl's modules holding them load."""
+    out = _run(
+        "import sys, verl\n"
+        "late = ('verl.trainer.distillation', 'verl.trainer.ppo.v1', 'verl_mopd.losses', 'verl_mopd.trainer.mopd_trainer')\n"
+        "print('after import verl:', [m for m in late if m in sys.modules])\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "from verl_mopd.trainer import mopd_trainer as m\n"
+        "names = {'mopd_sync': m.MOPDTrainerSync, 'mopd_separate_async': m.MOPDTrainerSeparateAsync,\n"
+        "         'mopd_colocate_async': m.MOPDTrainerColocateAsync}\n"
+        "print('trainers:', all(get_trainer_cls(n) is c for n, c in names.items()))\n"
+        "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
+        "from verl_mopd.losses import compute_mopd_k3\n"
+        "print('loss:', R['mopd_k3'] is compute_mopd_k3)\n"
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "after import verl: []"
+    assert lines[1:] == ["trainers: True", "loss: True"]
+
+
+def _fake_package(root, name, body="VALUE = 1\n"):
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text(body)
+
+
+def test_after_import_runs_once_the_module_has_run_and_a_failure_warns(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake_package(tmp_path, "mopd_fake_a")
+    _fake_package(tmp_path, "mopd_fake_b")
+    seen = []
+    plugin.after_import("mopd_fake_a", lambda: seen.append(sys.modules["mopd_fake_a"].VALUE))
+    assert seen == []
+    import mopd_fake_a  # noqa: F401
+
+    assert seen == [1]  # right after the module's code, with its names defined
+    plugin.after_import("mopd_fake_a", lambda: seen.append("now"))
+    assert seen == [1, "now"]  # already imported: at once
+
+    def fail():
+        raise ValueError("taken")
+
+    plugin.after_import("mopd_fake_b", fail)
+    with pytest.warns(RuntimeWarning, match="verl-mopd plugin failed to register.*ValueError: taken"):
+        import mopd_fake_b
+    assert mopd_fake_b.VALUE == 1  # the failure did not break the import itself
+    assert plugin._HOOK not in sys.meta_path  # nothing pending: the finder is gone
+    monkeypatch.delitem(sys.modules, "mopd_fake_a")
+    monkeypatch.delitem(sys.modules, "mopd_fake_b")
+
+
 def test_disabled_plugins_give_a_clear_error_and_a_failing_plugin_warns():
     code = (
         "import warnings, verl\n"

@@ -123,8 +123,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     cv.add_argument("--val-fraction", type=float, default=0.05, help="val share per platform, by trajectory")
     cv.add_argument("--seed", type=int, default=0, help="split seed")
     cv.add_argument("--image-mode", choices=list(IMAGE_MODES), default="bytes", help="images inside the parquet or paths")
-    cv.add_argument("--min-pixels", type=int, default=None)
-    cv.add_argument("--max-pixels", type=int, default=None)
+    cv.add_argument("--min-pixels", type=int, default=None,
+                    help="per-image lower resize bound written with each image for qwen_vl_utils (default: unset)")
+    cv.add_argument("--max-pixels", type=int, default=None,
+                    help="per-image upper resize bound written with each image for qwen_vl_utils (default: unset)")
     cv.add_argument("--max-history", type=int, default=None, help="previous actions shown in a prompt (default all)")
     return parser
 

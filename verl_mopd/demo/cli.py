@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import fields
 
 from verl_mopd.demo.run import DemoConfig
+from verl_mopd.errors import UsageError
 
 _HELP = {
     "seeds": "seeds to run (stages 1-2 and every baseline per seed; the table shows mean ± SE)",
@@ -32,6 +34,7 @@ _HELP = {
     "size": "student model size: tiny (64 hidden, 2 layers) or small (128, 3)",
     "teacher_size": "teacher model size (tiny or small)",
     "ties_density": "TIES merge: fraction of each task vector kept",
+    "max_new_tokens": "generation budget per response, rollouts and evaluation (32 fits the longest action)",
     "eval_tasks": "held-out tasks per platform for the greedy comparison (same for every seed and model)",
     "teachers": "local: router + hf score_rows in-process; ray: PlatformTeacherGroup hf workers on local Ray",
     "workers": "parallel processes (0: one per seed; teachers=ray runs the seeds in this process)",
@@ -56,8 +59,9 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
         kwargs = {"choices": ["ray", "local"]} if f.name == "teachers" else {}
         if f.name in ("size", "teacher_size"):
             kwargs = {"choices": ["tiny", "small"]}
+        shown = f" (default: {default})" if default != "" else ""
         parser.add_argument(flag, type=type(default), default=default,
-                            help=f"{_HELP.get(f.name, f.name)} (default: {default})", **kwargs)
+                            help=f"{_HELP.get(f.name, f.name)}{shown}", **kwargs)
     return parser
 
 
@@ -67,6 +71,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     _quiet()
     cfg = DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})
+    if cfg.plot and importlib.util.find_spec("matplotlib") is None:  # the `demo` extra; checked before any work
+        raise UsageError("the demo's plot needs matplotlib: pip install -e '.[demo]' (or give --no-plot)")
     run(cfg)
     return 0
 

@@ -53,14 +53,18 @@ def _add_offline(p: argparse.ArgumentParser) -> None:
 
 
 def _add_merge(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", choices=["average", "ties"], required=True)
+    p.add_argument("--method", choices=["average", "ties"], required=True,
+                   help="average: weighted mean of the weights; ties: TIES merging of the task vectors against --base")
     p.add_argument("--models", nargs="+", required=True, help="checkpoint folders (safetensors)")
     p.add_argument("--base", default=None, help="common base checkpoint (ties)")
     p.add_argument("--weights", type=float, nargs="+", default=None, help="one per model")
     p.add_argument("--density", type=float, default=0.5, help="ties: fraction of each task vector kept")
     p.add_argument("--scale", type=float, default=1.0, help="ties: lambda on the merged task vector")
-    p.add_argument("--majority-sign-method", choices=["total", "frequency"], default="total")
-    p.add_argument("--compute-dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--majority-sign-method", choices=["total", "frequency"], default="total",
+                   help="ties: elect each weight's sign from the sum of the task vectors (total, the paper's) or from "
+                        "the number of models of each sign (frequency) (default: %(default)s)")
+    p.add_argument("--compute-dtype", choices=["float32", "float64"], default="float32",
+                   help="dtype the merge is computed in; the output keeps each tensor's dtype (default: %(default)s)")
     p.add_argument("--out", required=True, help="output checkpoint folder")
 
 

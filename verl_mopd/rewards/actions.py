@@ -18,7 +18,7 @@ Public API (stable; the data pipeline and the prompt builder import it):
   the 0-1000 relative grid of Qwen3-VL.
 
 Sources: Qwen3-VL's ``computer_use`` / ``mobile_use`` tools (Qwen-Agent, Qwen3-VL cookbooks);
-``ask_user`` from MobileWorld. See ``shared/reference/gui_actions.md``.
+``ask_user`` from MobileWorld.
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ class Action:
 
     @property
     def family(self) -> str:
-        return self.spec.family
+        return ACTION_SPECS[self.platform][self.action].family
 
     @property
     def tool_name(self) -> str:
@@ -441,9 +441,13 @@ def to_point(value: Any, field_name: str = "coordinate") -> tuple[float, float]:
     Raises :class:`ActionError` when the shape is wrong, a value is not finite, or the point is
     outside ``[0, 1000]`` on either axis.
     """
+    if type(value) is list and len(value) == 2:  # what a model writes: two ints on the grid
+        x, y = value
+        if type(x) is int and type(y) is int and 0 <= x <= GRID_MAX and 0 <= y <= GRID_MAX:
+            return (float(x), float(y))
     if isinstance(value, str):
         value = _split_point_string(value)
-    elif hasattr(value, "tolist") and not isinstance(value, (list, tuple)):  # numpy arrays from parquet
+    elif not isinstance(value, (list, tuple)) and hasattr(value, "tolist"):  # numpy arrays from parquet
         value = value.tolist()
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ActionError("bad_type", f"{field_name}={value!r}: expected [x, y]", field_name)
@@ -467,7 +471,7 @@ def _to_text(value: Any, field_name: str) -> str:
 def _to_keys(value: Any, field_name: str) -> tuple[str, ...]:
     if isinstance(value, str):  # "ctrl+c" -> ["ctrl", "c"]; a lone "+" is the plus key
         value = [value] if value.strip() == "+" else value.split("+")
-    elif hasattr(value, "tolist") and not isinstance(value, (list, tuple)):
+    elif not isinstance(value, (list, tuple)) and hasattr(value, "tolist"):
         value = value.tolist()
     if not isinstance(value, (list, tuple)) or not value:
         raise ActionError("bad_type", f"{field_name}={value!r}: expected a non-empty list of key names", field_name)
@@ -536,12 +540,17 @@ def normalize_action(platform: str, arguments: Mapping[str, Any], aliases: bool 
         ActionError: unknown platform or action, missing or ill-typed required argument,
             coordinates outside the grid, non-finite numbers, unknown status or button.
     """
-    if not isinstance(arguments, Mapping):
+    if type(arguments) is not dict and not isinstance(arguments, Mapping):
         raise ActionError("bad_type", f"arguments={_short(arguments)}: expected an object", "arguments")
     if "action" not in arguments:
         raise ActionError("missing_action", f"arguments={_short(arguments)}: no 'action' field", "action")
-    name = resolve_action_name(platform, arguments["action"], aliases)
-    plan, known = _PLANS[platform][name]
+    name = arguments["action"]
+    plans = _PLANS.get(platform) if isinstance(platform, str) else None
+    entry = plans.get(name) if plans is not None and isinstance(name, str) else None
+    if entry is None:  # not a canonical name (or not a platform): aliases, case, or the error
+        name = resolve_action_name(platform, name, aliases)
+        entry = _PLANS[platform][name]
+    plan, known = entry
     values: dict[str, Any] = {}
     get = arguments.get
     for arg_name, reader, required in plan:
@@ -552,7 +561,24 @@ def normalize_action(platform: str, arguments: Mapping[str, Any], aliases: bool 
             continue
         values[arg_name] = reader(v, arg_name)
     extra = tuple(k for k in arguments if k not in known) if len(arguments) > len(values) + 1 else ()
-    return Action(platform, name, extra=extra, **values)
+    return _new_action(platform, name, values, extra)
+
+
+def _new_action(platform: str, name: str, values: dict[str, Any], extra: tuple[str, ...]) -> Action:
+    """``Action(platform, name, extra=extra, **values)``, built without the frozen ``__init__``.
+
+    That ``__init__`` sets each of the 11 fields through ``object.__setattr__`` (about 1 us, a
+    sixth of a reward call); this fills the instance dict with the fields given and leaves the
+    others to the class defaults, which is the same object (equality, hash, repr, pickling).
+    """
+    action = object.__new__(Action)
+    d = action.__dict__
+    d.update(values)
+    d["platform"] = platform
+    d["action"] = name
+    if extra:
+        d["extra"] = extra
+    return action
 
 
 # Per action: ((argument, reader, required), ...) and the set of known argument names.

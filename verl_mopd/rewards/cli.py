@@ -37,8 +37,12 @@ def add_score_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--extra-info", default=None, help="JSON object passed as extra_info")
     parser.add_argument("--file", help="JSONL of {response|solution_str, ground_truth, extra_info?}")
     parser.add_argument("--out", help="with --file: write one scored JSON line per input line here")
-    parser.add_argument("--mode", choices=list(MODES), default="strict")
-    parser.add_argument("--preset", choices=list(PRESETS), default=None)
+    parser.add_argument("--mode", choices=list(MODES), default="strict",
+                        help="strict: +1 correct / -0.5 partly wrong / -1 unparseable; ui_mopd: the public UI-MOPD "
+                             "release's reward, exactly (default: %(default)s)")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="strict mode: the click and text tolerances of a published evaluator "
+                             "(default: Qwen2.5-VL's AndroidControl rule)")
     return parser
 
 

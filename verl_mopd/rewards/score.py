@@ -33,30 +33,33 @@ is invalid. The three levels and every tolerance are :class:`ScoreConfig` fields
 
 from __future__ import annotations
 
-import json
 import math
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
-from verl_mopd.rewards.actions import (
-    ACTION_SPECS,
-    GRID_MAX,
-    TOOL_NAMES,
-    Action,
-    ActionError,
-    _short,
-    normalize_action,
-    normalize_key,
-    platform_of_tool,
-    to_number,
+from verl_mopd.rewards.actions import TOOL_NAMES, Action, normalize_key, platform_of_tool
+from verl_mopd.rewards.parse import DEFAULT_PARSE_CONFIG, ParseConfig, ParseError, parse_action
+from verl_mopd.rewards.truth import (
+    CACHE_SIZE,
+    Box,
+    GroundTruth,
+    Target,
+    adds_nothing,
+    box_pairs,
+    extra_mapping,
+    read_box,
+    read_ground_truth,
+    strict_targets,
+    string_layout,
+    targets_of,
+    to_plain,
 )
-from verl_mopd.rewards.parse import ParseConfig, ParseError, extract_call, parse_action
-from verl_mopd.rewards.ui_mopd import label_string, release_parse, release_reward, release_thought_length
+from verl_mopd.rewards.ui_mopd import flatten, read_label, release_reward, release_thought_length
 
 MODES = ("strict", "ui_mopd")
 LEVELS = ("correct", "partial", "invalid")
@@ -125,10 +128,12 @@ class ScoreConfig:
             raise ValueError("invalid reward config: " + "; ".join(errors))
 
     def level_score(self, level: str) -> float:
-        return {"correct": self.correct, "partial": self.partial, "invalid": self.invalid}[level]
+        if level not in LEVELS:
+            raise KeyError(f"level={level!r}: allowed {list(LEVELS)}")
+        return getattr(self, level)
 
 
-# Named presets for published evaluators (point rule, text rule); see shared/reference/gui_actions.md.
+# Named presets for published evaluators (point rule, text rule): the evaluator is named above each.
 PRESETS: Mapping[str, dict[str, Any]] = {
     # Qwen2.5-VL AndroidControl eval (also InfiGUI-R1): box x1.2, else 0.04; AgentNet-style text.
     "default": {},
@@ -175,166 +180,6 @@ def make_configs(**reward_kwargs: Any) -> tuple[ScoreConfig, ParseConfig]:
         return _configs(tuple(sorted(reward_kwargs.items())))
     except TypeError:  # unhashable values (e.g. OmegaConf lists): build uncached
         return _configs.__wrapped__(tuple(sorted(reward_kwargs.items())))
-
-
-# ----------------------------------------------------------------------------- ground truth
-
-Box = tuple[float, float, float, float]
-
-
-@dataclass(frozen=True)
-class Target:
-    """One acceptable answer: the action and its boxes (0-1000 grid, ``x1 <= x2``, ``y1 <= y2``)."""
-
-    action: Action
-    bbox: Box | None = None
-    bbox2: Box | None = None
-
-
-@dataclass(frozen=True)
-class GroundTruth:
-    """A ground truth read from either layout.
-
-    ``labels``: ``(tool-call label string, box dict)`` per answer, primary first, in the
-    release's terms (what ``mode="ui_mopd"`` scores). ``raw``: our layout's action dicts, for
-    strict mode; ``layout``: ``"json"`` or ``"tool_call"``.
-    """
-
-    platform: str
-    layout: str
-    primary: Any  # label string (release) or action dict (ours)
-    bbox: Any = None
-    bbox2: Any = None
-    alternatives: tuple[tuple[Any, Any, Any], ...] = ()  # (label or action dict, bbox, bbox2)
-
-
-def to_plain(v: Any) -> Any:
-    """numpy arrays/scalars (parquet struct columns) -> Python lists/numbers; str and bytes stay."""
-    if isinstance(v, dict):
-        return {k: to_plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [to_plain(x) for x in v]
-    if hasattr(v, "tolist") and not isinstance(v, str):
-        return to_plain(v.tolist())
-    return v
-
-
-def read_box(value: Any, field_name: str) -> Box | None:
-    """``[x1, y1, x2, y2]`` or ``[[x1, y1], [x2, y2]]`` on the 0-1000 grid -> ordered box; None for none.
-
-    Raises ValueError naming ``field_name`` for anything else, off-grid corners included.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        value = to_plain(value)
-    if isinstance(value, list) and len(value) == 0:
-        return None
-    if isinstance(value, list) and len(value) == 2 and all(isinstance(c, list) and len(c) == 2 for c in value):
-        value = [*value[0], *value[1]]
-    if not isinstance(value, list) or len(value) != 4:
-        raise ValueError(f"{field_name}={value!r}: expected [x1, y1, x2, y2] or [[x1, y1], [x2, y2]]")
-    try:
-        x1, y1, x2, y2 = (to_number(c, field_name) for c in value)
-    except ActionError as e:
-        raise ValueError(str(e)) from None
-    if not all(0.0 <= c <= GRID_MAX for c in (x1, y1, x2, y2)):  # as a coordinate: an off-grid box would match any click
-        raise ValueError(f"{field_name}={value!r}: outside the 0-{GRID_MAX} grid")
-    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
-
-
-def _box_pairs(box: Box | None) -> list[list[float]] | None:
-    return None if box is None else [[box[0], box[1]], [box[2], box[3]]]
-
-
-def extra_mapping(extra_info: Any) -> Mapping:
-    """``extra_info`` as a mapping (``None`` -> ``{}``); ValueError for anything else."""
-    if extra_info is None:
-        return {}
-    if not isinstance(extra_info, Mapping):
-        raise ValueError(f"extra_info={_short(extra_info)}: expected a dict or None, got {type(extra_info).__name__}")
-    return extra_info
-
-
-def _release_label(s: str, where: str = "ground_truth") -> dict:
-    """A ``<tool_call>`` label string read the release's way; ValueError when it cannot be."""
-    try:
-        label = release_parse(s) if "</tool_call>" in s else None
-    except (AttributeError, TypeError, RecursionError):  # the body decodes to a list, a string, ...
-        label = None
-    if label is None:
-        raise ValueError(f"{where}={s[:200]!r}: not a readable <tool_call> label")
-    return label
-
-
-def read_ground_truth(ground_truth: Any, extra_info: Mapping | None = None) -> GroundTruth:
-    """Read either layout; raises ValueError naming the field when it cannot.
-
-    Ours: a dict or JSON string ``{"platform", "action": {"action": NAME, ...}, "bbox"?,
-    "bbox2"?, "alternatives"?: [{"action", "bbox"?, "bbox2"?}]}``. The release's: a
-    ``<tool_call>`` string, boxes in ``extra_info["bbox"/"bbox2"]``, an alternative in
-    ``extra_info["other_label"/"other_bbox"/"other_bbox2"]``. ``extra_info`` must be a dict or None.
-    """
-    extra = extra_mapping(extra_info)
-    gt = ground_truth
-    if isinstance(gt, str):
-        s = gt.strip()
-        if "<tool_call>" in s:
-            label = _release_label(s)
-            name = label.get("name")
-            platform = platform_of_tool(name) if isinstance(name, str) else None
-            if platform is None:
-                raise ValueError(f"ground_truth tool name={name!r}: allowed {list(TOOL_NAMES.values())}")
-            alts = ()
-            if extra.get("other_label"):
-                alts = ((extra["other_label"], extra.get("other_bbox"), extra.get("other_bbox2")),)
-            return GroundTruth(platform, "tool_call", s, extra.get("bbox"), extra.get("bbox2"), alts)
-        try:
-            gt = json.loads(s)
-        except (ValueError, RecursionError):
-            raise ValueError(f"ground_truth={s[:200]!r}: neither JSON nor a <tool_call> string") from None
-    if not isinstance(gt, dict):
-        raise ValueError(f"ground_truth is a {type(gt).__name__}; expected a dict, JSON string or <tool_call>")
-    platform = gt.get("platform")
-    if not isinstance(platform, str) or platform not in ACTION_SPECS:
-        raise ValueError(f"ground_truth.platform={platform!r}: allowed {list(ACTION_SPECS)}")
-    action = gt.get("action")
-    if not isinstance(action, dict):
-        raise ValueError(f"ground_truth.action={action!r}: expected {{'action': NAME, ...args}}")
-    raw_alts = to_plain(gt.get("alternatives"))
-    if raw_alts is not None and not isinstance(raw_alts, list):
-        raise ValueError(f"ground_truth.alternatives={_short(raw_alts)}: expected a list of {{'action': {{...}}, 'bbox'?: ...}}")
-    alts = []
-    for i, alt in enumerate(raw_alts or ()):
-        if not isinstance(alt, dict) or not isinstance(alt.get("action"), dict):
-            raise ValueError(f"ground_truth.alternatives[{i}]={alt!r}: expected {{'action': {{...}}, 'bbox'?: ...}}")
-        alts.append((alt["action"], alt.get("bbox"), alt.get("bbox2")))
-    bbox = gt["bbox"] if "bbox" in gt else extra.get("bbox")
-    bbox2 = gt["bbox2"] if "bbox2" in gt else extra.get("bbox2")
-    return GroundTruth(platform, "json", action, bbox, bbox2, tuple(alts))
-
-
-def _target(platform: str, label: Any, bbox: Any, bbox2: Any, where: str) -> Target:
-    if isinstance(label, str):  # a release label string
-        call = extract_call(label)
-        if isinstance(call, ParseError):
-            raise ValueError(f"{where}: {call.message}")
-        label = call["arguments"]
-    elif not isinstance(label, Mapping):
-        raise ValueError(f"{where}={_short(label)}: expected an action object or a <tool_call> string")
-    try:
-        action = normalize_action(platform, label)
-    except ActionError as e:
-        raise ValueError(f"{where}.action: {e}") from None
-    return Target(action, read_box(bbox, f"{where}.bbox"), read_box(bbox2, f"{where}.bbox2"))
-
-
-def strict_targets(gt: GroundTruth) -> list[Target]:
-    """The primary answer and the alternatives as validated :class:`Target`s."""
-    targets = [_target(gt.platform, gt.primary, gt.bbox, gt.bbox2, "ground_truth")]
-    for i, (label, b1, b2) in enumerate(gt.alternatives):
-        targets.append(_target(gt.platform, label, b1, b2, f"alternatives[{i}]"))
-    return targets
 
 
 # ----------------------------------------------------------------------------- strict matching
@@ -484,6 +329,21 @@ class ScoreResult:
     fields: Mapping[str, bool] = field(default_factory=dict)
 
 
+def _judge(pred: Action | ParseError, target: Target, cfg: ScoreConfig) -> tuple[str, str, bool, dict[str, bool]]:
+    """``(level, reason, action_match, verdicts)`` of one prediction against one target."""
+    if isinstance(pred, ParseError):
+        return "invalid", f"invalid:{pred.reason}", False, {}
+    if pred.platform != target.action.platform:
+        return "invalid", "invalid:wrong_platform", False, {}
+    if pred.action != target.action.action:
+        return "partial", "partial:action", False, {}
+    verdicts = field_matches(pred, target, cfg)
+    for k, ok in verdicts.items():
+        if not ok:
+            return "partial", f"partial:{k}", True, verdicts
+    return "correct", "ok", True, verdicts
+
+
 def score_action(
     pred: Action | ParseError, truth: Target | Action, platform: str | None = None, config: ScoreConfig | None = None
 ) -> ScoreResult:
@@ -495,31 +355,19 @@ def score_action(
         platform: if given, must equal the truth's platform.
         config: tolerances and levels (default :class:`ScoreConfig()`).
     """
-    cfg = config or ScoreConfig()
+    cfg = config or _DEFAULT_SCORE
     target = truth if isinstance(truth, Target) else Target(truth)
     if platform is not None and platform != target.action.platform:
         raise ValueError(f"platform={platform!r} but the ground truth is a {target.action.platform} action")
-    if isinstance(pred, ParseError):
-        return ScoreResult("invalid", cfg.invalid, False, False, f"invalid:{pred.reason}")
-    if pred.platform != target.action.platform:
-        return ScoreResult("invalid", cfg.invalid, False, False, "invalid:wrong_platform")
-    if pred.action != target.action.action:
-        return ScoreResult("partial", cfg.partial, False, False, "partial:action")
-    verdicts = field_matches(pred, target, cfg)
-    wrong = [k for k, ok in verdicts.items() if not ok]
-    if wrong:
-        return ScoreResult("partial", cfg.partial, True, False, f"partial:{wrong[0]}", verdicts)
-    return ScoreResult("correct", cfg.correct, True, True, "ok", verdicts)
+    level, reason, action_match, verdicts = _judge(pred, target, cfg)
+    return ScoreResult(level, cfg.level_score(level), action_match, level == "correct", reason, verdicts)
 
 
-_RANK = {"correct": 2, "partial": 1, "invalid": 0}
-
-
-def _result_dict(score: float, acc: bool, thought: int, parsed: bool, am: bool, args: bool, reason: str, platform: str) -> dict:
+def _result(score: float, acc: bool, thought: int, parsed: bool, am: bool, args: bool, reason: str, platform: str) -> dict:
     return {
         "score": float(score),
         "acc": 1.0 if acc else 0.0,
-        "thought_length": int(thought),
+        "thought_length": thought,
         "parsed": 1.0 if parsed else 0.0,
         "action_match": 1.0 if am else 0.0,
         "args_match": 1.0 if args else 0.0,
@@ -528,54 +376,116 @@ def _result_dict(score: float, acc: bool, thought: int, parsed: bool, am: bool, 
     }
 
 
-def _strict(solution_str: Any, targets: list[Target], score_cfg: ScoreConfig, parse_cfg: ParseConfig, thought: int) -> dict:
-    platform = targets[0].action.platform
+def _strict(solution_str: Any, platform: str, targets: Sequence[Target], score_cfg: ScoreConfig, parse_cfg: ParseConfig, thought: int) -> dict:
     pred = parse_action(solution_str, platform, parse_cfg)
-    best = score_action(pred, targets[0], config=score_cfg)
-    if best.level == "partial":  # an alternative answer may still make it correct
+    level, reason, action_match, _ = _judge(pred, targets[0], score_cfg)
+    if level == "partial":  # an alternative answer may still make it correct
         for t in targets[1:]:
-            r = score_action(pred, t, config=score_cfg)
-            if r.level == "correct":
-                best = replace(r, reason="ok:alternative")
+            alt = _judge(pred, t, score_cfg)
+            if alt[0] == "correct":
+                level, reason, action_match = "correct", "ok:alternative", True
                 break
-    parsed = not isinstance(pred, ParseError)
-    return _result_dict(
-        best.score, best.level == "correct", thought, parsed, best.action_match, best.args_match, best.reason, platform
+    correct = level == "correct"
+    return _result(
+        score_cfg.level_score(level), correct, thought, not isinstance(pred, ParseError), action_match, correct, reason, platform
     )
 
 
-def _ui_mopd(solution_str: Any, ground_truth: Any, extra_info: Mapping | None, thought: int) -> dict:
-    text = solution_str if isinstance(solution_str, str) else ""
-    gt = to_plain(ground_truth)
-    if isinstance(gt, str) and not gt.lstrip().startswith("{"):  # the release's own layout, as it reads it
-        r = release_reward(text, gt, extra_info)
-        try:
-            label = release_parse(gt)
-        except Exception:
-            label = None
+# ----------------------------------------------------------------------------- ui_mopd mode
+
+_EMPTY: Mapping = {}
+_BOX_KEYS = ("bbox", "bbox2", "other_bbox", "other_bbox2")
+
+
+def _release_extra(extra_info: Any) -> Mapping:
+    """``extra_info`` as ``mode="ui_mopd"`` reads it: a non-mapping as ``{}``, numpy boxes as lists."""
+    if not isinstance(extra_info, Mapping):
+        return _EMPTY
+    plain = None
+    for k in _BOX_KEYS:
+        v = extra_info.get(k)
+        if v is not None and type(v) is not list and hasattr(v, "tolist") and not isinstance(v, str):
+            if plain is None:
+                plain = dict(extra_info)
+            plain[k] = to_plain(v)
+    return extra_info if plain is None else plain
+
+
+def _release_label_of(tool: str, action: dict) -> dict | str:
+    # the release reads a label only when its arguments hold "action"
+    return flatten(tool, action) if "action" in action else "invalid:ground_truth"
+
+
+def _as_release_label(gt: GroundTruth) -> tuple[dict | str, dict, tuple[tuple[dict | str, dict], ...]]:
+    """Our layout for the release's rules: ``(label, boxes as extra_info, alternatives)``."""
+    tool = TOOL_NAMES[gt.platform]
+    boxes = {
+        "bbox": box_pairs(read_box(gt.bbox, "ground_truth.bbox")),
+        "bbox2": box_pairs(read_box(gt.bbox2, "ground_truth.bbox2")),
+    }
+    alternatives = tuple(
+        (
+            _release_label_of(tool, a),
+            {
+                "bbox": box_pairs(read_box(b1, f"alternatives[{i}].bbox")),
+                "bbox2": box_pairs(read_box(b2, f"alternatives[{i}].bbox2")),
+            },
+        )
+        for i, (a, b1, b2) in enumerate(gt.alternatives)
+    )
+    return _release_label_of(tool, gt.primary), boxes, alternatives
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _string_release_label(s: str) -> tuple[dict, dict, tuple[tuple[dict, dict], ...]]:
+    return _as_release_label(read_ground_truth(s))
+
+
+_read_label_cached = lru_cache(maxsize=CACHE_SIZE)(read_label)
+
+
+def _read_label_any(value: Any) -> dict | str:
+    return _read_label_cached(value) if isinstance(value, str) else read_label(value)
+
+
+def _ours(ground_truth: Any, extra: Mapping) -> tuple[str, tuple] | None:
+    """``(platform, _as_release_label(...))`` for a ground truth in our layout that reads, else None."""
+    try:
+        if isinstance(ground_truth, str):
+            if string_layout(ground_truth) != "json":
+                return None
+            gt = read_ground_truth(ground_truth)
+            if adds_nothing(gt, extra):
+                return gt.platform, _string_release_label(ground_truth)
+        gt = read_ground_truth(ground_truth, extra)
+        return (gt.platform, _as_release_label(gt)) if gt.layout == "json" else None
+    except MemoryError:
+        raise
+    except Exception:  # whatever a malformed row trips (a ValueError naming it, nesting too deep, ...)
+        return None
+
+
+def _ui_mopd(solution_str: Any, ground_truth: Any, extra_info: Any) -> dict:
+    extra = _release_extra(extra_info)
+    thought = release_thought_length(solution_str, extra)
+    pred = read_label(solution_str)
+    ours = _ours(ground_truth, extra)
+    if ours is not None:
+        platform, (label, boxes, alternatives) = ours
+        score, reason = release_reward(pred, label, boxes, alternatives)
+    else:  # the release's layout, or ours unreadable: the row as the release scores it
+        label = _read_label_any(ground_truth)
+        score, reason = release_reward(pred, label, extra, read=_read_label_any)
         name = label.get("name") if isinstance(label, dict) else None
         platform = (platform_of_tool(name) if isinstance(name, str) else None) or "unknown"
-    else:
-        gt = read_ground_truth(gt, extra_info)
-        tool = TOOL_NAMES[gt.platform]
-        extra = dict(extra_info or {})
-        extra["bbox"] = _box_pairs(read_box(gt.bbox, "ground_truth.bbox"))
-        extra["bbox2"] = _box_pairs(read_box(gt.bbox2, "ground_truth.bbox2"))
-        alternatives = tuple(
-            (
-                label_string(tool, a),
-                {
-                    "bbox": _box_pairs(read_box(b1, "alternatives.bbox")),
-                    "bbox2": _box_pairs(read_box(b2, "alternatives.bbox2")),
-                },
-            )
-            for a, b1, b2 in gt.alternatives
-        )
-        r = release_reward(text, label_string(tool, gt.primary), extra, alternatives)
-        platform = gt.platform
-    score, reason = r["score"], r["reason"]
-    action_match = score == 1.0 or reason == "partial:args"
-    return _result_dict(score, score == 1.0, thought, r["pred"] is not None, action_match, score == 1.0, reason, platform)
+    correct = score == 1.0
+    action_match = correct or reason == "partial:args"
+    return _result(score, correct, thought, not isinstance(pred, str), action_match, correct, reason, platform)
+
+
+# ----------------------------------------------------------------------------- verl's entry point
+
+_DEFAULT_SCORE = ScoreConfig()
 
 
 def compute_score(
@@ -592,9 +502,12 @@ def compute_score(
         data_source: unused (verl groups validation metrics by it).
         solution_str: the decoded response (verl decodes with ``skip_special_tokens=True``;
             Qwen3's ``<think>``/``<tool_call>`` are not special tokens, so they survive).
-        ground_truth: our JSON layout (dict or string) or the release's ``<tool_call>`` string.
+        ground_truth: our layout (a dict, or a string that is one whole JSON object) or the
+            release's (any other string; its first ``<tool_call>`` block is the label), see
+            :mod:`verl_mopd.rewards.truth`.
         extra_info: the dataset row's ``extra_info``; ``bbox``/``bbox2``/``other_*`` for the
-            release's layout, ``tokenizer`` to count ``thought_length`` in tokens.
+            release's layout, ``tokenizer`` to count ``thought_length`` in tokens. Strict mode
+            refuses one that is not a dict or None (``bad_truth``); ``ui_mopd`` reads it as ``{}``.
         mode: ``"strict"`` or ``"ui_mopd"``.
         **reward_kwargs: ``preset`` and any :class:`ScoreConfig` / :class:`ParseConfig` field
             (strict mode only; ``ui_mopd`` mode takes none, to reproduce the release exactly).
@@ -604,31 +517,32 @@ def compute_score(
         ``action_match``, ``args_match`` (floats 0/1), ``reason`` and ``platform`` (strings).
         Always the same keys.
     """
-    if mode not in MODES:
+    user_kwargs = {k: v for k, v in reward_kwargs.items() if k not in _VERL_KWARGS} if reward_kwargs else reward_kwargs
+    if mode == "ui_mopd":
+        if user_kwargs:
+            raise ValueError(
+                f"mode='ui_mopd' reproduces the release and takes no tolerances; got {sorted(user_kwargs)}"
+            )
+        return _ui_mopd(solution_str, ground_truth, extra_info)
+    if mode != "strict":
         raise ValueError(f"mode={mode!r}: allowed {list(MODES)}")
-    user_kwargs = {k: v for k, v in reward_kwargs.items() if k not in _VERL_KWARGS}
-    if mode == "ui_mopd" and user_kwargs:
-        raise ValueError(
-            f"mode='ui_mopd' reproduces the release and takes no tolerances; got {sorted(user_kwargs)}"
-        )
-    score_cfg, parse_cfg = make_configs(**user_kwargs)
-    thought = release_thought_length(solution_str, extra_info)
+    score_cfg, parse_cfg = make_configs(**user_kwargs) if user_kwargs else (_DEFAULT_SCORE, DEFAULT_PARSE_CONFIG)
     try:
-        extra = extra_mapping(extra_info)
-        if mode == "ui_mopd":  # the release's outer try: anything unreadable in the row scores -1.0
-            return _ui_mopd(solution_str, ground_truth, extra, thought)
-        targets = strict_targets(read_ground_truth(ground_truth, extra))
+        extra = extra_info if type(extra_info) is dict else extra_mapping(extra_info)
+        platform, targets = targets_of(ground_truth, extra)
     except MemoryError:
         raise
-    except Exception as e:  # noqa: BLE001 - a malformed row, whatever the type error it trips
-        if mode == "strict" and score_cfg.bad_truth == "raise":
+    except Exception as e:  # a malformed row, whatever the type error it trips
+        if score_cfg.bad_truth == "raise":
             if isinstance(e, ValueError):
                 raise
             raise ValueError(f"unreadable ground truth or extra_info ({type(e).__name__}: {e})") from e
-        invalid = score_cfg.invalid if mode == "strict" else -1.0
-        reason = "invalid:extra_info" if extra_info is not None and not isinstance(extra_info, Mapping) else "invalid:ground_truth"
-        return _result_dict(invalid, False, thought, False, False, False, reason, "unknown")
-    return _strict(solution_str, targets, score_cfg, parse_cfg, thought)
+        bad_extra = extra_info is not None and not isinstance(extra_info, Mapping)
+        thought = release_thought_length(solution_str, extra_info if isinstance(extra_info, Mapping) else _EMPTY)
+        reason = "invalid:extra_info" if bad_extra else "invalid:ground_truth"
+        return _result(score_cfg.invalid, False, thought, False, False, False, reason, "unknown")
+    thought = release_thought_length(solution_str, extra)
+    return _strict(solution_str, platform, targets, score_cfg, parse_cfg, thought)
 
 
 def summarize(results: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import io
 import math
 import os
 import warnings
 from dataclasses import fields as dc_fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_mopd.config import MOPDGateConfig
+if TYPE_CHECKING:
+    from verl_mopd.config import MOPDGateConfig
 
 #: the reward levels each gate metric takes (verl_mopd.rewards defaults)
 METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1.0, -0.5, 1.0)}
@@ -71,16 +73,25 @@ def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_g
 
 
 def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) -> MOPDGateConfig | None:
+    from verl_mopd.config import MOPDGateConfig
+
     block = _section(config, "mopd")
-    if block is None:
-        problems.append("mopd: the block is missing (compose the recipe on top of verl_mopd's mopd.yaml)")
+    if block is None:  # a plain verl run (e.g. GRPO with our reward) needs none
+        users = [f"{key}={_section(config, key)}" for key in ("distillation.distillation_loss.loss_mode",
+                                                               "trainer.v1.trainer_mode")
+                 if str(_section(config, key)).startswith("mopd")]
+        if users:
+            problems.append(f"mopd: the block is missing; {' and '.join(users)} {'needs' if len(users) == 1 else 'need'} "
+                            "it (compose the recipe on top of verl_mopd's mopd.yaml)")
         return None
     block = OmegaConf.to_container(block, resolve=True)
     gate_keys = {f.name for f in dc_fields(MOPDGateConfig) if not f.name.startswith("_")}
     allowed = gate_keys | set(TEACHER_KEYS) | {"beta"}
     unknown = sorted(set(block) - allowed)
     if unknown:
-        problems.append(f"mopd: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        near = [f"mopd.{m[0]}" for k in unknown for m in [difflib.get_close_matches(k, allowed, n=1, cutoff=0.6)] if m]
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        problems.append(f"mopd: unknown key(s) {unknown}{hint}; allowed: {sorted(allowed)}")
     beta = block.get("beta")
     if not isinstance(beta, int | float) or isinstance(beta, bool) or beta < 0:
         problems.append(f"mopd.beta={beta!r}: must be a number >= 0 (UI-MOPD uses 0.01)")
@@ -559,29 +570,120 @@ def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
     return problems, warnings
 
 
+def partial_recipe_problem(path: str) -> str | None:
+    """Why ``path`` is a recipe partial and which recipe to validate instead, or None.
+
+    A partial (``_name.yaml``, like ``recipes/ui_mopd/_stage2_ui_mopd.yaml``) holds keys that recipes
+    compose through their ``defaults`` list; alone it lacks verl's config. The recipes named are the
+    YAML files of its folder that list it."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    if not name.startswith("_"):
+        return None
+    folder = os.path.dirname(path)
+    users = []
+    for other in sorted(os.listdir(folder or ".")):
+        if other.startswith("_") or not other.endswith((".yaml", ".yml")):
+            continue
+        try:
+            defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(folder, other))).get("defaults") or []
+        except Exception:  # noqa: BLE001 - not a readable recipe: it names no partial
+            continue
+        if any(isinstance(d, str) and (d == name or d.endswith("/" + name)) for d in defaults):
+            users.append(os.path.join(folder, other))
+    instead = (f"validate {' or '.join(users)}, which compose{'s' if len(users) == 1 else ''} it" if users
+               else "validate a recipe that lists it in its defaults")
+    return f"{path} is a recipe partial (its keys are composed into recipes), not a recipe: {instead}"
+
+
+def _nearest_key(config: DictConfig, dotted: str) -> str | None:
+    """The existing key nearest to a mistyped ``dotted`` key: the first missing part replaced by its
+    closest sibling (``mopd.tau_k`` -> ``mopd.tau_kl``); a path under the wrong section is looked up
+    again from the root (``algorithm.mopd.tau`` -> ``mopd.tau_kl``)."""
+    parts = dotted.split(".")
+    for start in range(len(parts)):
+        node: Any = config
+        for i in range(start, len(parts)):
+            if not isinstance(node, DictConfig):
+                break
+            if parts[i] in node:
+                node = node._get_node(parts[i])
+                continue
+            close = difflib.get_close_matches(parts[i], [str(k) for k in node.keys()], n=1, cutoff=0.6)
+            if close:
+                return ".".join(parts[start:i] + close + parts[i + 1 :])
+            break
+    return None
+
+
+def _compose_error(path: str, overrides: list[str], exc: Exception) -> str:
+    """hydra's composition error; for a mistyped key, the nearest real key instead of hydra's ``+key`` hint."""
+    import re
+
+    message = str(exc)
+    match = re.match(r"Could not override '([^']+)'", message)
+    if match is None:
+        return message
+    key = match.group(1)
+    others = [o for o in overrides if o.split("=", 1)[0].lstrip("~+") != key]
+    try:
+        config = compose_recipe(path, others)
+    except Exception:  # noqa: BLE001 - another override fails too: hydra's own message
+        return message
+    near = _nearest_key(config, key)
+    if near is None:
+        return message
+    given = next((o for o in overrides if o.split("=", 1)[0] == key), key)
+    return f"{key} is not a key of this recipe ({given}); did you mean {near}?"
+
+
+def _not_a_trainer_config(config: DictConfig) -> str | None:
+    missing = [k for k in ("data", "actor_rollout_ref", "critic", "algorithm", "trainer") if k not in config]
+    if not missing:
+        return None
+    return (f"not a verl trainer config: no {', '.join(missing)} section; a recipe lists verl's ppo_trainer "
+            "(or verl_mopd's mopd_base) in its defaults")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = False) -> int:
-    """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words."""
+    """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words.
+
+    Raises ``FileNotFoundError`` (no such file) and :class:`~verl_mopd.errors.UsageError` (a recipe
+    partial) before anything is composed."""
     import sys
+
+    from verl_mopd.errors import UsageError
 
     if not os.path.isfile(path):
         raise FileNotFoundError(2, "no such recipe file", path)
+    partial = partial_recipe_problem(path)
+    if partial:
+        raise UsageError(partial)
     refused = searchpath_problems(path, overrides)
     if refused:
         for p in refused:
             print(f"ERROR: {p}", file=sys.stderr)
-        print(f"{path}: {len(refused)} problem(s)", file=sys.stderr)
+        print(f"{path}: {_count(len(refused), 'problem')}", file=sys.stderr)
         return 1
     try:
         config = compose_recipe(path, overrides)
     except Exception as exc:  # noqa: BLE001 - composition errors are user errors
-        print(f"{path}: cannot compose: {exc}", file=sys.stderr)
+        print(f"{path}: cannot compose: {_compose_error(path, overrides, exc)}", file=sys.stderr)
         return 1
-    problems, warnings = (validate_sft if is_sft_recipe(config) else validate)(config)
+    if is_sft_recipe(config):
+        problems, warnings = validate_sft(config)
+    elif _not_a_trainer_config(config):
+        problems, warnings = [_not_a_trainer_config(config)], []
+    else:
+        problems, warnings = validate(config)
     if print_config:
         print(OmegaConf.to_yaml(config, resolve=True))
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     for p in problems:
         print(f"ERROR: {p}", file=sys.stderr)
-    print(f"{path}: {'valid' if not problems else f'{len(problems)} problem(s)'}", file=sys.stderr)
+    print(f"{path}: {'valid' if not problems else _count(len(problems), 'problem')}", file=sys.stderr)
     return 0 if not problems else 1
