@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from verl_mopd.teachers.config import TeachersConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
-from verl_mopd.trainer.hooks import dump_scored_samples, score_teachers
+from verl_mopd.trainer.hooks import dump_step, score_teachers
 
 
 def _nbytes(obj) -> int:
@@ -139,8 +139,10 @@ def test_score_teachers_end_to_end_through_transfer_queue(ray_tq, teachers, monk
     listed = ray_tq.kv_list(partition_id="train")["train"]
     assert not [k for k in listed if k.startswith("mopd_teacher_pad_")]
 
-    # the smoke run's diagnostic dump holds the scored rows with the stored values, response only
-    rows = torch.load(dump_scored_samples(group, batch, ray_tq, str(tmp_path)), weights_only=False)
+    # the smoke's step dump holds every sample with the stored values, response only
+    rows = torch.load(dump_step(batch, ray_tq, str(tmp_path), step=1), weights_only=False)["rows"]
+    assert len(rows) == len(batch.keys) and [r["key"] for r in rows] == list(batch.keys)
+    rows = [r for r in rows if r["gate"] and not r["padding"]]
     assert sorted(r["platform"] for r in rows) == ["desktop"] * 3 + ["mobile"] * 2
     for row in rows:
         i = next(j for j, s in enumerate(samples) if torch.equal(s["input_ids"], row["input_ids"]))
