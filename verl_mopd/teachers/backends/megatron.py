@@ -84,7 +84,7 @@ def teacher_blocks(cfg: TeacherConfig, run_config) -> tuple[dict, dict]:
         optimizer_offload=False,
     )
     model = _run_block(run_config, "actor_rollout_ref.model")
-    # the teacher's own tokenizer (checked equal to the student's before anything loads), no adapter
+    # the teacher's own checkpoint and tokenizer, no adapter
     model.update(path=cfg.model_path, tokenizer_path=None, trust_remote_code=cfg.trust_remote_code, lora_rank=0,
                  lora={})
     return ref, model
@@ -218,9 +218,11 @@ def megatron_stack_report(vanilla_mbridge: bool = False) -> list[tuple[str, bool
     detail = (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if cuda
               else f"none visible (torch {torch.__version__}, CUDA build {torch.version.cuda})")
     rows.append(("CUDA device", cuda, detail))
-    py = sys.version_info
-    rows.append(("Python >= 3.12 (Megatron-Bridge wheels on PyPI require it)", vanilla_mbridge or py >= (3, 12),
-                 f"{py.major}.{py.minor}"))
+    from verl_mopd.gpu_stack import PYTHON
+
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    rows.append((f"Python {PYTHON} (Megatron-Core 0.18 and Megatron-Bridge wheels need >= 3.12, verl 0.9.1 < 3.13)",
+                 py == PYTHON, py))
     return rows
 
 
