@@ -166,6 +166,7 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
                 f"pool of {actor_gpus}"
             )
         _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, warnings)
+    _check_teachers_match_student(config, teachers, problems, warnings)
     if any(t.backend == "server" for t in teachers.teachers.values()) and not bool(
         _section(config, "distillation.enabled")
     ):
@@ -173,6 +174,35 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
             "mopd.teachers use backend=server (verl's teacher loop) but distillation.enabled=false; "
             "set distillation.enabled=true (verl_mopd.teachers.backends.server builds that block)"
         )
+
+
+def _check_teachers_match_student(config: DictConfig, teachers, problems: list[str], warnings: list[str]) -> None:
+    """Each teacher's tokenizer (vocabulary, special ids) and ``config.json`` (image token ids,
+    ``vision_config`` patch sizes) against the student's, for the checkpoints that are local folders
+    here (tokenizers and configs only, no weights). The trainer repeats it for ``hf``/``megatron``
+    teachers when it builds them (``verl_mopd.trainer.hooks.build_worker_teachers``)."""
+    from verl_mopd.teachers.config import compare_with_student
+
+    student = _section(config, "actor_rollout_ref.model.path")
+    tokenizer = _section(config, "actor_rollout_ref.model.tokenizer_path")
+    if not (isinstance(student, str) and os.path.isdir(student)) or (tokenizer and not os.path.isdir(str(tokenizer))):
+        warnings.append(
+            f"teacher tokenizers and vision configs not compared with the student's: actor_rollout_ref.model.path="
+            f"{student}{f' (tokenizer_path={tokenizer})' if tokenizer else ''} is not a local folder here"
+            + ("; the trainer compares the hf/megatron teachers when it builds them"
+               if any(t.backend != "server" for t in teachers.teachers.values()) else "")
+        )
+        return
+    local = [p for p, t in teachers.teachers.items() if os.path.isdir(t.model_path)]
+    for platform in sorted(set(teachers.platforms) - set(local)):
+        when = ("the trainer compares it when it builds the teachers" if teachers.teachers[platform].backend != "server"
+                else "backend=server teachers are not compared at run time")
+        warnings.append(f"mopd.teachers.{platform}: tokenizer and vision config not compared with the student's "
+                        f"(model_path={teachers.teachers[platform].model_path} is not a local folder here; {when})")
+    if local:
+        problems.extend(compare_with_student(
+            teachers, student, student_tokenizer_path=tokenizer or None, platforms=local,
+            trust_remote_code=bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))))
 
 
 def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str]) -> set[str] | None:
