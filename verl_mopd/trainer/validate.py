@@ -400,6 +400,26 @@ def _check_cluster(config: DictConfig, problems: list[str]) -> bool:
     return True
 
 
+def checkpoint_dir_problems(config: DictConfig) -> list[str]:
+    """``trainer.default_local_dir`` must be absolute when the job spans more than one node: every
+    Megatron rank writes its checkpoint shards there and the driver its ``data.pt`` (and our
+    ``batching_state.json``, ``mopd_held_prompts.pt``), each resolving a relative path against its
+    own working directory on its own node, so the checkpoint would be scattered and unresumable."""
+    folder = _section(config, "trainer.default_local_dir")
+    nodes = _section(config, "trainer.nnodes")
+    rollout_nodes = _section(config, "actor_rollout_ref.rollout.nnodes") or 0
+    if not isinstance(nodes, int) or not isinstance(rollout_nodes, int) or folder is None:
+        return []
+    total = nodes + rollout_nodes  # a separate rollout pool adds nodes
+    if total > 1 and not os.path.isabs(str(folder)):
+        return [
+            f"trainer.default_local_dir={folder} is relative, but the job runs on {total} nodes: each node would "
+            "write its checkpoint shards under its own working directory; set it to an absolute folder on storage "
+            "every node mounts (the recipes read CKPT_DIR: CKPT_DIR=/shared/ckpt)"
+        ]
+    return []
+
+
 def _finite(config: DictConfig, key: str) -> Any:
     value = _section(config, key)
     if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
@@ -471,6 +491,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
         _check_placement_and_mode(config, problems)
     _check_sampler(config, problems)
     _check_run_numbers(config, problems, warnings)
+    problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
@@ -577,6 +598,7 @@ def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
         _convert(config, path, problems)
     for key in ("model.path", "data.train_files"):
         _check_path(key, _section(config, key), problems, warnings)
+    problems.extend(checkpoint_dir_problems(config))
     engine = _section(config, "engine")
     gpus = int(_section(config, "trainer.n_gpus_per_node") or 0) * int(_section(config, "trainer.nnodes") or 0)
     if engine is not None and gpus:
