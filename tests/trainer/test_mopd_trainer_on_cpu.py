@@ -103,7 +103,7 @@ def test_registration_check_fails_loudly(monkeypatch):
 
 
 def test_distillation_loss_fn_for_worker_backend_teachers():
-    from verl.trainer.distillation.losses import distillation_ppo_loss
+    from verl_mopd.losses import mopd_distillation_ppo_loss as distillation_ppo_loss  # verl's, any micro-batch
 
     fn = mopd_trainer.distillation_loss_fn(compose_mopd())
     assert fn.func is distillation_ppo_loss

@@ -139,12 +139,13 @@ def distillation_loss_fn(config: DictConfig):
 
     What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
     the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
-    false, so verl starts no teacher servers). Picklable: a partial of verl's function.
+    false, so verl starts no teacher servers). Through ``verl_mopd.losses.mopd_distillation_ppo_loss``,
+    verl's function plus a micro-batch of padding rows only. Picklable: a module-level partial.
     """
-    from verl.trainer.distillation.losses import distillation_ppo_loss
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import DistillationConfig, DistillationLossConfig
 
+    from verl_mopd.losses import mopd_distillation_ppo_loss
     from verl_mopd.plugin import MOPD_LOSS_MODE
 
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
@@ -155,7 +156,7 @@ def distillation_loss_fn(config: DictConfig):
             f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
         )
     distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
-    return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
+    return partial(mopd_distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
 
 
 def think_end_token_id(tokenizer, gate) -> int | None:
@@ -253,7 +254,9 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
 
     tq = trainer_base.tq
     token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
-    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id)
+    # a response of this length without </think> was cut off inside its thought: no KL on it
+    limit = OmegaConf.select(trainer.config, "actor_rollout_ref.rollout.response_length") if token_id is not None else None
+    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id, max_response_length=limit)
     if teachers is not None:
         metrics.update(score_teachers(teachers, batch, tq))
     return metrics
