@@ -152,3 +152,24 @@ def test_the_launchers_require_an_absolute_ckpt_dir(script, ckpt, message):
     proc = subprocess.run(["bash", str(ROOT / "recipes" / "ui_mopd" / script), "desktop"], env=env,
                           capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"])
+def test_kept_normalization_is_refused_unless_token_mean(mode):
+    """N14: the gate realizes 'kept' as a token-count ratio, exact only for token-mean."""
+    problems, _ = _problems(["mopd.normalization=kept", f"actor_rollout_ref.actor.loss_agg_mode={mode}"])
+    assert f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}" in problems
+    problems, _ = _problems(["mopd.normalization=kept"])  # the recipe's token-mean
+    assert "mopd.normalization=kept" not in problems
+    problems, _ = _problems([f"actor_rollout_ref.actor.loss_agg_mode={mode}"])  # 'all' is exact for every mode
+    assert "mopd.normalization" not in problems
+
+
+def test_megatron_teacher_micro_batch_tokens_must_hold_the_longest_sequence():
+    """N3: verl's Megatron engine asserts max_token_len >= the longest sequence (8192 + 512 here)."""
+    problems, _ = _problems(["+mopd.teachers.mobile.micro_batch_tokens=8192"])
+    assert ("mopd.teachers.mobile.micro_batch_tokens=8192 is below the longest sequence, data.max_prompt_length + "
+            "data.max_response_length = 8704") in problems
+    assert "mopd.teachers.desktop.micro_batch_tokens" not in problems
+    problems, _ = _problems(["+mopd.teachers.mobile.micro_batch_tokens=8704"])
+    assert "micro_batch_tokens" not in problems

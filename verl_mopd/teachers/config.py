@@ -268,7 +268,8 @@ VISION_FIELDS = ("patch_size", "spatial_merge_size", "temporal_patch_size")
 
 def _special_ids(tok) -> dict[str, Any]:
     ids = {attr: getattr(tok, attr, None) for attr in SPECIAL_TOKEN_ATTRS}
-    ids["special tokens"] = sorted((str(t), int(tok.convert_tokens_to_ids(t))) for t in tok.all_special_tokens)
+    ids["special tokens"] = sorted((str(t), int(tok.convert_tokens_to_ids(t)))
+                                   for t in getattr(tok, "all_special_tokens", ()))
     return ids
 
 

@@ -97,6 +97,14 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
         return None
     if gate.enable:
         _check_gate_against_filter(config, gate, warnings)
+        mode = _section(config, "actor_rollout_ref.actor.loss_agg_mode")
+        if gate.normalization == "kept" and mode is not None and mode != "token-mean":
+            problems.append(
+                f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}: 'kept' is exact only for "
+                "token-mean (the gate scales the kept samples by N_tokens / N_kept_tokens of the step, a token "
+                "ratio that is wrong for a per-sequence mean or a sum); use mopd.normalization=all or "
+                "loss_agg_mode=token-mean"
+            )
     return gate
 
 
@@ -166,6 +174,14 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
                 f"pool of {actor_gpus}"
             )
         _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, warnings)
+        longest = _longest_sequence(config)
+        if t.backend == "megatron" and longest is not None and t.micro_batch_tokens < longest:
+            problems.append(
+                f"mopd.teachers.{platform}.micro_batch_tokens={t.micro_batch_tokens} is below the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest}: verl's Megatron engine packs "
+                "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
+                f"(verl.utils.seqlen_balancing); set it >= {longest}"
+            )
     _check_teachers_match_student(config, teachers, problems, warnings)
     if any(t.backend == "server" for t in teachers.teachers.values()) and not bool(
         _section(config, "distillation.enabled")
@@ -174,6 +190,13 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
             "mopd.teachers use backend=server (verl's teacher loop) but distillation.enabled=false; "
             "set distillation.enabled=true (verl_mopd.teachers.backends.server builds that block)"
         )
+
+
+def _longest_sequence(config: DictConfig) -> int | None:
+    prompt, response = _section(config, "data.max_prompt_length"), _section(config, "data.max_response_length")
+    if isinstance(prompt, int) and isinstance(response, int):
+        return prompt + response
+    return None
 
 
 def _check_teachers_match_student(config: DictConfig, teachers, problems: list[str], warnings: list[str]) -> None:
