@@ -115,8 +115,8 @@ def dry_run_as_typed(report: str, index: str) -> dict[str, dict]:
     with open(report) as f:
         data = json.load(f)
     allowed = {canonicalize_name(n) for n in STACK["PURE_PYTHON_SDISTS"]} | {"verl-mopd"}
-    sdists = [i["metadata"]["name"] for i in data["install"]
-              if not i["download_info"]["url"].endswith(".whl") and canonicalize_name(i["metadata"]["name"]) not in allowed]
+    sdists = [i["metadata"]["name"] for i in data["install"] if not i["download_info"]["url"].endswith(".whl")
+              and canonicalize_name(i["metadata"]["name"]) not in allowed]
     if sdists:
         print(f"FAIL: as typed, step 1 would build these from source: {sdists}")
         raise SystemExit(1)
@@ -204,11 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         print("built pure-Python sdists:", ", ".join(build_pure_sdists(args.index_url, wheels)) or "none")
         # --target: pip < 24 allows platform options only with it (nothing is written in a dry run)
         common = ["--python-version", STACK["PYTHON"], "--only-binary=:all:", "--index-url", args.index_url,
-                  "--find-links", wheels, "--target", os.path.join(tmp, "target")] + [a for p in platforms(args.glibc) for a in ("--platform", p)]
+                  "--find-links", wheels, "--target", os.path.join(tmp, "target")]
+        common += [a for p in platforms(args.glibc) for a in ("--platform", p)]
 
         step1 = resolved(dry_run([f"{REPO}[megatron,sglang]"], os.path.join(out, "step1.json"), common))
-        print(f"step 1  pip install --prefer-binary -e \".[megatron,sglang]\": resolved, {len(step1)} distributions (binary wheels, "
-              f"Python {STACK['PYTHON']}, manylinux glibc <= {args.glibc})")
+        print(f"step 1  pip install --prefer-binary -e \".[megatron,sglang]\": resolved, {len(step1)} distributions "
+              f"(binary wheels, Python {STACK['PYTHON']}, manylinux glibc <= {args.glibc})")
         # the command as a user types it, on this machine: sdists allowed, so it could pick another version
         as_typed = dry_run_as_typed(os.path.join(out, "step1_as_typed.json"), args.index_url)
         differ = sorted(f"{n} {as_typed[n]['version']} (binary-only: {step1[n]['version'] if n in step1 else 'absent'})"
