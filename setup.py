@@ -1,10 +1,13 @@
 """verl-mopd: multi-teacher on-policy distillation (UI-MOPD) as a verl 0.9.1 plugin."""
 
+import runpy
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
+# pure data, no imports: read without importing the package (it imports verl)
+GPU_EXTRAS = runpy.run_path(str(HERE / "verl_mopd" / "gpu_stack.py"))["EXTRAS"]
 
 # A CPU machine: torch pinned so that pip takes the CPU wheel instead of resolving a multi-GB CUDA
 # build through verl's dependencies (CUDA machines bring their own torch and skip these extras).
@@ -59,18 +62,9 @@ setup(
             "megatron-core>=0.16,<0.17",
             "mbridge[megatron]>=0.15,<0.16",
         ],
-        # verl 0.9.1's Megatron engine (the actor and `backend: megatron` teachers) on a CUDA machine.
-        # verl's own `megatron` extra pins megatron-bridge==0.5.2, which PyPI does not have; the engine
-        # imports `megatron.bridge` (Megatron-Bridge, verl's default and the bridge with Qwen3-VL), whose
-        # wheels need Python 3.12. `mbridge` (verl[mcore]) serves `vanilla_mbridge: true` (no Qwen3-VL).
-        # Transformer Engine builds against the installed CUDA torch. `verl-mopd check` reports the stack.
-        "megatron": [
-            "verl[mcore]>=0.9.1,<0.10",
-            "megatron-core>=0.16,<0.17",
-            "megatron-bridge>=0.5,<0.7; python_version >= '3.12'",
-            "transformer-engine[pytorch]>=2.9,<2.12",
-        ],
-        "sglang": ["verl[sglang]>=0.9.1,<0.10"],
+        # the GPU stack (Python 3.12, CUDA 13): verl_mopd/gpu_stack.py, the one place of its pins and of the
+        # two further install steps no extra can express (README "GPU install")
+        **GPU_EXTRAS,
     },
     entry_points={
         "console_scripts": ["verl-mopd=verl_mopd.cli:main"],

@@ -1,6 +1,6 @@
 """``verl-mopd``: the command line of verl-mopd.
 
-    verl-mopd check                  is mopd_k3 registered in verl here? (versions, entry point)
+    verl-mopd check                  is mopd_k3 registered in verl here? GPU stack versions vs supported
     verl-mopd demo [--steps N] [--out DIR]
                                      both UI-MOPD stages end to end on CPU with tiny models
     verl-mopd score ...              score model outputs with the GUI action reward
@@ -40,8 +40,8 @@ import traceback
 
 #: command -> (help, "module:add_arguments" or None, "module:run")
 COMMANDS = {
-    "check": ("check that mopd_k3 is registered in verl here (versions, entry point, Megatron stack)", None,
-              "verl_mopd.cli:_check"),
+    "check": ("check that mopd_k3 is registered in verl here (versions, entry point, GPU packages, Megatron stack)",
+              None, "verl_mopd.cli:_check"),
     "demo": ("both UI-MOPD stages end to end on CPU (tiny models, no download)",
              "verl_mopd.demo.cli:add_demo_arguments", "verl_mopd.demo.cli:run_demo"),
     "score": ("score model outputs with the GUI action reward",
@@ -79,8 +79,10 @@ def _check(args: argparse.Namespace) -> int:
             plugin.require_registered()
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
+    from verl_mopd.install_check import print_gpu_stack
     from verl_mopd.teachers.backends.megatron import check_megatron_stack
 
+    print_gpu_stack()  # informational: versions against the supported GPU stack (GPU nodes)
     check_megatron_stack()  # informational: needed only by Megatron runs (GPU nodes)
     return 0 if ok else 1
 

@@ -210,22 +210,30 @@ def reward_gate(scores: torch.Tensor | Sequence[float], group_ids: Any, tau: flo
     return (group_mean <= tau).to(torch.float32)
 
 
-def thought_end_index(responses: torch.Tensor, response_mask: torch.Tensor, think_end_token_id: int) -> torch.Tensor:
-    """First response position after the LAST ``</think>`` token of each row (0 if none).
+def thought_end_index(responses: torch.Tensor, response_mask: torch.Tensor, think_end_token_id: int,
+                      truncated: torch.Tensor | None = None) -> torch.Tensor:
+    """First response position after the LAST ``</think>`` token of each row.
 
     Args:
         responses: (bs, response_len) token ids (padded layout).
         response_mask: (bs, response_len) 1 on response tokens.
         think_end_token_id: id of ``</think>`` in the student's tokenizer.
+        truncated: optional (bs,) bool, True for a response cut off at the length limit.
 
     Returns:
         (bs,) int64: KL applies to positions ``>= index`` when the thought is skipped
-        (``kl_skip_thought``). A response without ``</think>`` keeps the KL on every token.
+        (``kl_skip_thought``). A response without ``</think>`` keeps the KL on every token (index 0:
+        it answered without a thought), except a truncated one: it was cut off inside its thought,
+        so every token is thought and the index is ``response_len`` (no KL on it).
     """
     hit = (responses == think_end_token_id) & response_mask.bool()
     pos = torch.arange(responses.shape[-1], device=responses.device).expand_as(responses)
     last = torch.where(hit, pos, torch.full_like(pos, -1)).amax(dim=-1)
-    return last + 1
+    start = last + 1
+    if truncated is not None:
+        cut_in_thought = truncated.reshape(-1).bool().to(start.device) & (last < 0)
+        start = torch.where(cut_in_thought, torch.full_like(start, responses.shape[-1]), start)
+    return start
 
 
 def _window_mask(kl_start_index: torch.Tensor, shape: torch.Size, device) -> torch.Tensor:
@@ -359,7 +367,15 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
 
     Returns:
         (bs, response_len) per-token losses (gated samples exactly 0, with exactly 0 gradient),
-        and metrics as ``verl.utils.metric.Metric`` values.
+        and metrics as ``verl.utils.metric.Metric`` values (logged as ``actor/...``):
+
+        - ``mopd/k3_mean_kl_on``: over this micro-batch's samples whose KL is on, the sum of K3 times
+          the token weight (the rollout-IS weight with ``use_rollout_is_weights``, the thought
+          window with ``mopd_kl_start``) divided by their counted tokens. verl aggregates it as the
+          MEAN of the per-micro-batch values (and over DP ranks), not as a token mean over the step;
+          micro-batches of padding rows only log nothing (:func:`mopd_distillation_ppo_loss`).
+        - ``mopd/kl_mask_on_fraction``: fraction of this micro-batch's samples whose KL is on, mean
+          over micro-batches.
     """
     from verl.utils.metric import AggregationType, Metric
     from verl.workers.utils.padding import no_padding_2_padding
@@ -408,6 +424,7 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
         k3_on = (k3 * response_mask).sum(-1) / torch.where(on > 0, weight, torch.ones_like(weight))
         tokens_on = counted.sum(-1) * on
         metrics = {
+            # IS-weighted K3 per counted token of the KL-on samples (docstring)
             "mopd/k3_mean_kl_on": Metric(AggregationType.MEAN, k3_on.sum() / tokens_on.sum().clamp_min(1e-8)),
             "mopd/kl_mask_on_fraction": Metric(AggregationType.MEAN, on.mean()),
             # sums over the micro-batches (per data-parallel rank, averaged over ranks): exact totals where
@@ -417,3 +434,43 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
             "mopd/kl_on_samples": Metric(AggregationType.SUM, on.sum()),
         }
     return k3, metrics
+
+
+def _response_tokens(data) -> int:
+    mask = data["response_mask"]
+    return int((mask.values() if getattr(mask, "is_nested", False) else mask).sum())
+
+
+def mopd_distillation_ppo_loss(config, distillation_config, model_output: dict | None = None, data=None,
+                               dp_group=None, student_logits: torch.Tensor | None = None, data_format: str = "thd"):
+    """verl's ``distillation_ppo_loss``, also on a micro-batch with no response token.
+
+    verl 0.9.1's ``distillation_loss`` logs ``distillation/loss_min`` / ``_max`` as ``.min()`` /
+    ``.max()`` of the per-token loss over the micro-batch's response tokens
+    (``compute_distillation_loss_range``), which raises on a micro-batch made only of verl's
+    synthetic padding rows (``_balance_batch`` pads a step whose groups lost samples; four padding
+    rows fill one fixed-size micro-batch of 4). There the distillation term is exactly 0 (a sum
+    over no token), so this returns what verl's formula gives: verl's own ``ppo_loss`` when task
+    rewards or the policy gradient are on (else a zero tied to the graph) and
+    ``distillation/loss = 0``; the per-token metrics (ours and verl's min/max) are not logged for
+    that micro-batch, so they average over micro-batches that have tokens. Any other call is
+    verl's function unchanged. Same arguments as verl's.
+    """
+    from verl.trainer.distillation.losses import distillation_ppo_loss
+    from verl.utils.metric import AggregationType, Metric
+    from verl.workers.utils.losses import ppo_loss
+
+    if student_logits is not None or _response_tokens(data) > 0:
+        return distillation_ppo_loss(config, distillation_config, model_output=model_output, data=data,
+                                     dp_group=dp_group, student_logits=student_logits, data_format=data_format)
+    loss_config = distillation_config.distillation_loss
+    log_probs = model_output["log_probs"]
+    zero = (log_probs.values() if getattr(log_probs, "is_nested", False) else log_probs).sum() * 0.0
+    if loss_config.use_task_rewards or loss_config.use_policy_gradient:
+        policy_loss, metrics = ppo_loss(config, model_output, data, dp_group)
+        if not loss_config.use_task_rewards:
+            policy_loss = zero
+    else:
+        policy_loss, metrics = zero, {}
+    metrics["distillation/loss"] = Metric(value=zero.detach(), aggregation=AggregationType.SUM)
+    return policy_loss, metrics

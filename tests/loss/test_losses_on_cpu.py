@@ -279,3 +279,21 @@ def test_kl_skip_thought_window():
     expected_tokens = torch.tensor([[0, 0, 1, 1, 0], [1, 1, 1, 1, 1], [0, 0, 0, 1, 0]], dtype=F64)
     torch.testing.assert_close(student.grad != 0, expected_tokens.bool())
     assert loss.item() == pytest.approx(expected_tokens.sum().item() * k3_reference(-1.0))
+
+
+def test_a_truncated_thought_gets_no_kl():
+    """N11: with ``kl_skip_thought`` a response cut off at the length limit before any ``</think>`` is
+    all thought: no KL on it. One that ended on its own without ``</think>`` keeps the KL on every
+    token (it answered without a thought); a truncated one with ``</think>`` keeps the KL after it."""
+    think_end = 99
+    responses = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0], [5, 99, 7, 8, 9], [5, 6, 7, 8, 9]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]])
+    truncated = torch.tensor([True, False, True, False])
+    start = thought_end_index(responses, mask, think_end, truncated=truncated)
+    assert start.tolist() == [5, 0, 2, 0]
+    student = torch.zeros(4, 5, dtype=F64, requires_grad=True)
+    teacher = torch.full((4, 5), -1.0, dtype=F64)
+    loss, _ = mopd_kl_loss(student, teacher, mask.to(F64), None, "token-sum", kl_start_index=start)
+    loss.backward()
+    assert (student.grad[0] == 0).all() and (student.grad[1, :3] != 0).all() and (student.grad[2, 2:] != 0).all()
+    assert loss.item() == pytest.approx((0 + 3 + 3 + 5) * k3_reference(-1.0))

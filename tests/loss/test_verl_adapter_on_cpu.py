@@ -286,6 +286,80 @@ def test_micro_batch_split_invariance_fsdp_and_megatron_conventions():
     torch.testing.assert_close(fsdp_grad, leaf.grad)
 
 
+def test_a_micro_batch_of_padding_rows_only_trains_like_the_rest():
+    """N2: verl pads a step whose groups lost samples with synthetic rows (response_mask all 0); four
+    of them in one fixed-size micro-batch made verl's ``distillation_loss`` raise (``.min()`` of no
+    token). The trainer's loss (``hooks.distillation_loss_fn``) trains through it: the micro-batch
+    losses and gradients add up to those of the whole mini-batch in one micro-batch. (That the trainer
+    gives the actor this function: test_mopd_trainer_on_cpu::test_distillation_loss_fn_for_worker_backend_teachers.)"""
+    from verl_mopd.losses import mopd_distillation_ppo_loss
+
+    prompt_lens, resp_lens, gate = [3, 5, 2, 4, 7, 7, 7, 7], [4, 2, 6, 3, 1, 1, 1, 1], [1, 0, 1, 1, 0, 0, 0, 0]
+    actor, dist = _configs("megatron")
+    full, out, leaf, *_ = build_microbatch(prompt_lens, resp_lens, kl_mask=gate, seed=11)
+    masks = [torch.ones(r, dtype=torch.int64) * (i < 4) for i, r in enumerate(resp_lens)]  # rows 4-7: padding
+    full["response_mask"] = torch.nested.as_nested_tensor(masks, layout=torch.jagged)
+    adv = [torch.linspace(-1, 1, r, dtype=torch.float64) * (i < 4) for i, r in enumerate(resp_lens)]
+    full["advantages"] = torch.nested.as_nested_tensor(adv, layout=torch.jagged)
+    n_tokens = sum(resp_lens[:4])
+    tu.assign_non_tensor(full, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=len(resp_lens))
+    full_loss, _ = distillation_ppo_loss(actor, dist, model_output=out, data=full)
+    full_loss.backward()
+
+    seq = [p + r for p, r in zip(prompt_lens, resp_lens)]
+    offs = np.concatenate([[0], np.cumsum(seq)])
+    total, grad, logged = 0.0, torch.zeros_like(leaf), []
+    for part in ([0, 1, 2, 3], [4, 5, 6, 7]):  # micro 4, the recipe's size; the second is padding only
+        sub = tu.index_select_tensor_dict(full, part)
+        tu.assign_non_tensor(sub, dp_size=1, batch_num_tokens=n_tokens, global_batch_size=len(resp_lens))
+        flat = leaf.detach().clone().requires_grad_(True)
+        rows = torch.cat([torch.arange(offs[i], offs[i + 1]) for i in part])
+        sub_out = {"log_probs": torch.nested.nested_tensor_from_jagged(
+            flat[rows], torch.tensor([0] + [seq[i] for i in part]).cumsum(0))}
+        if part[0] == 4:
+            with pytest.raises(RuntimeError, match="numel\\(\\) == 0"):  # verl's own function, unchanged
+                distillation_ppo_loss(actor, dist, model_output=sub_out, data=sub)
+        loss, metrics = mopd_distillation_ppo_loss(actor, dist, model_output=sub_out, data=sub)
+        loss.backward()
+        total += loss.item()
+        grad += flat.grad
+        logged.append(metrics)
+    assert total == pytest.approx(full_loss.item(), rel=1e-12)
+    torch.testing.assert_close(grad, leaf.grad)
+    assert logged[1]["distillation/loss"].values == [0.0] and "mopd/k3_mean_kl_on" not in logged[1]
+    assert {"actor/pg_loss", "distillation/loss_min"} <= set(logged[0])
+
+
+def test_k3_mean_kl_on_is_what_the_docs_say():
+    """N12: ``actor/mopd/k3_mean_kl_on`` is, per micro-batch, the rollout-IS-weighted K3 summed over
+    the KL-on samples' tokens over their token count, and verl logs the MEAN over micro-batches;
+    checked against a float64 formula, and shown to differ from the token mean over the step."""
+    import pathlib
+
+    actor, dist = _configs(use_rollout_is_weights=True)
+    logged, per_micro, k3_w, tokens = None, [], 0.0, 0
+    for seed, (p_lens, r_lens, gate) in enumerate([([3, 2], [6, 5], [1.0, 0.0]), ([2, 4, 3], [1, 2, 2], [1, 1, 0])]):
+        data, out, leaf, teacher, pos = build_microbatch(p_lens, r_lens, kl_mask=gate, seed=20 + seed)
+        w = [torch.rand(r, dtype=torch.float64) + 0.5 for r in r_lens]
+        data["rollout_is_weights"] = torch.nested.as_nested_tensor(w, layout=torch.jagged)
+        _, metrics = compute_mopd_k3(actor, dist, out, data)
+        on = [i for i, g in enumerate(gate) if g]
+        num = sum(float((k3_kl(leaf.detach()[pos[i]], teacher[pos[i]]) * w[i]).sum()) for i in on)
+        den = sum(r_lens[i] for i in on)
+        per_micro.append(num / den)
+        k3_w, tokens = k3_w + num, tokens + den
+        if logged is None:
+            logged = metrics["mopd/k3_mean_kl_on"]
+        else:
+            logged.extend(metrics["mopd/k3_mean_kl_on"])  # how verl merges micro-batch metrics
+    assert logged.values == pytest.approx(per_micro, rel=1e-9)
+    assert logged.aggregate() == pytest.approx(sum(per_micro) / 2, rel=1e-9)  # verl's MEAN aggregation
+    assert logged.aggregate() != pytest.approx(k3_w / tokens, rel=1e-3)  # not a token mean over the step
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    assert "`actor/mopd/k3_mean_kl_on` is, per loss micro-batch, the sum of K3\ntimes the rollout-IS weight" in readme
+    assert "verl logs the mean of these\nper-micro-batch values, not a token mean over the step" in readme
+
+
 # ------------------------------------------------------------ driver-side gate writer
 
 
@@ -368,6 +442,25 @@ def test_gate_kept_normalization_skip_thought_and_padding():
     fields, metrics = compute_kl_gate(MOPDGateConfig(tau_kl=0.1), data2, is_padding=is_padding)
     assert fields["mopd_kl_mask"][-1] == 0.0
     assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 11)
+
+
+def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
+    """N11 on the driver: ``compute_kl_gate`` with the rollout's response length finds the responses
+    that hit it without ``</think>`` and starts their KL window past their end."""
+    tq = InMemoryTQ()
+    batch = _store_step(tq, seed=3)
+    data = tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                           select_fields=["uid", "response_mask", "responses", "extra_fields"])
+    lens = data["response_mask"].offsets().diff()
+    rows = [torch.cat([r[:1] * 0 + 5, r[1:]]) for r in data["responses"].unbind(0)]  # remove every </think>
+    data["responses"] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    limit = int(lens.max())
+    cfg = MOPDGateConfig(tau_kl=1.0, kl_skip_thought=True)
+    fields, metrics = compute_kl_gate(cfg, data, think_end_token_id=99, max_response_length=limit)
+    width = int(lens.max())
+    want = [width if int(n) >= limit else 0 for n in lens]
+    assert fields["mopd_kl_start"].tolist() == want and width in want and 0 in want
+    assert metrics["mopd/thought_cut_off_fraction"] == pytest.approx(sum(int(n) >= limit for n in lens) / len(lens))
 
 
 def test_gate_errors_name_the_field():

@@ -103,7 +103,7 @@ def test_registration_check_fails_loudly(monkeypatch):
 
 
 def test_distillation_loss_fn_for_worker_backend_teachers():
-    from verl.trainer.distillation.losses import distillation_ppo_loss
+    from verl_mopd.losses import mopd_distillation_ppo_loss as distillation_ppo_loss  # verl's, any micro-batch
 
     fn = mopd_trainer.distillation_loss_fn(compose_mopd())
     assert fn.func is distillation_ppo_loss
@@ -221,3 +221,38 @@ def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
     resumed.config.trainer.default_local_dir = str(tmp_path)
     resumed._load_checkpoint()
     assert [str(list(r["uid"])[0]) for r in resumed._held_prompts] == held
+
+
+def test_our_state_is_in_the_step_folder_before_verl_marks_the_step_latest(monkeypatch, tmp_path):
+    """verl's real ``_save_checkpoint`` writes ``latest_checkpointed_iteration.txt`` last; when it
+    does, ``batching_state.json`` and the held prompts must already be in ``global_step_N/`` (a
+    crash in between must not leave a latest step without them)."""
+    import builtins
+
+    trainer = _quota_trainer(monkeypatch, [])
+    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"desktop"}))
+    trainer._add_prompts_to_generate(3)
+    trainer.config.trainer.default_local_dir = str(tmp_path)
+    trainer.global_steps = 7
+
+    class Actor:  # the actor worker group's save (verl writes actor/ before the tracker)
+        def save_checkpoint(self, local_path, remote_path, step, max_ckpt_to_keep=None):
+            os.makedirs(local_path)
+
+    trainer.actor_rollout_wg = Actor()
+    dataloader = type("DL", (), {"state_dict": lambda self: {}})()
+    monkeypatch.setattr(trainer, "train_dataloader", dataloader, raising=False)
+    seen = {}
+
+    def spy_open(path, *args, **kwargs):
+        if str(path).endswith("latest_checkpointed_iteration.txt"):
+            seen["at_tracker_write"] = sorted(os.listdir(tmp_path / "global_step_7"))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_base, "open", spy_open, raising=False)  # verl's module-level `open`
+    trainer._save_checkpoint()
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "7"
+    assert {"batching_state.json", mopd_trainer.HELD_PROMPTS_FILE, "actor", "data.pt"} <= set(
+        seen["at_tracker_write"])
+    assert len(torch.load(tmp_path / "global_step_7" / mopd_trainer.HELD_PROMPTS_FILE, weights_only=False)) == len(
+        trainer._held_prompts) > 0

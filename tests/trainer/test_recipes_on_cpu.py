@@ -130,3 +130,66 @@ def test_entry_point_refuses_a_bad_recipe_before_starting_ray():
     assert out.returncode != 0
     assert "mopd.beta=-1: must be a number >= 0" in out.stderr
     assert "ray init" not in out.stdout
+
+
+STAGE1 = ROOT / "recipes" / "ui_mopd" / "stage1_teacher_sft_desktop.yaml"
+SMALL = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_small.yaml"
+
+
+def test_checkpoints_go_to_an_absolute_folder_from_ckpt_dir(monkeypatch):
+    monkeypatch.delenv("CKPT_DIR", raising=False)
+    for recipe in (STAGE2, SMALL, STAGE1):
+        assert compose_recipe(str(recipe)).trainer.default_local_dir.startswith("/"), recipe.name
+    monkeypatch.setenv("CKPT_DIR", "/shared/ckpt")
+    assert compose_recipe(str(STAGE2)).trainer.default_local_dir == "/shared/ckpt/UI-MOPD/stage2-qwen3vl8b-mopd"
+    assert compose_recipe(str(STAGE1)).trainer.default_local_dir == "/shared/ckpt/UI-MOPD/stage1-desktop-teacher-sft"
+
+
+@pytest.mark.parametrize("recipe, overrides, nodes", [
+    (STAGE2, [], 8),
+    (STAGE1, [], 4),
+    (SMALL, ["actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=8"], 2),
+])
+def test_a_relative_checkpoint_folder_is_refused_on_more_than_one_node(recipe, overrides, nodes, capsys):
+    args = ["trainer.default_local_dir=checkpoints/run", *overrides]
+    assert validate_recipe_cli(str(recipe), args) == 1
+    assert (f"trainer.default_local_dir=checkpoints/run is relative, but the job runs on {nodes} nodes"
+            in capsys.readouterr().err)
+
+
+def test_a_relative_checkpoint_folder_is_fine_on_one_node(capsys):
+    problems, _ = _problems(["trainer.default_local_dir=checkpoints/run"], recipe=SMALL)
+    assert "default_local_dir" not in problems
+
+
+@pytest.mark.parametrize("script", ["run_stage1.sh", "run_stage2.sh"])
+@pytest.mark.parametrize("ckpt, message", [(None, "set CKPT_DIR to an absolute folder"),
+                                           ("ckpt", "CKPT_DIR=ckpt must be an absolute path")])
+def test_the_launchers_require_an_absolute_ckpt_dir(script, ckpt, message):
+    env = {"PATH": "/usr/bin:/bin"}  # no verl-mopd on PATH: the launcher must stop before it
+    if ckpt is not None:
+        env["CKPT_DIR"] = ckpt
+    proc = subprocess.run(["bash", str(ROOT / "recipes" / "ui_mopd" / script), "desktop"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and message in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum"])
+def test_kept_normalization_is_refused_unless_token_mean(mode):
+    """N14: the gate realizes 'kept' as a token-count ratio, exact only for token-mean."""
+    problems, _ = _problems(["mopd.normalization=kept", f"actor_rollout_ref.actor.loss_agg_mode={mode}"])
+    assert f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}" in problems
+    problems, _ = _problems(["mopd.normalization=kept"])  # the recipe's token-mean
+    assert "mopd.normalization=kept" not in problems
+    problems, _ = _problems([f"actor_rollout_ref.actor.loss_agg_mode={mode}"])  # 'all' is exact for every mode
+    assert "mopd.normalization" not in problems
+
+
+def test_megatron_teacher_micro_batch_tokens_must_hold_the_longest_sequence():
+    """N3: verl's Megatron engine asserts max_token_len >= the longest sequence (8192 + 512 here)."""
+    problems, _ = _problems(["+mopd.teachers.mobile.micro_batch_tokens=8192"])
+    assert ("mopd.teachers.mobile.micro_batch_tokens=8192 is below the longest sequence, data.max_prompt_length + "
+            "data.max_response_length = 8704") in problems
+    assert "mopd.teachers.desktop.micro_batch_tokens" not in problems
+    problems, _ = _problems(["+mopd.teachers.mobile.micro_batch_tokens=8704"])
+    assert "micro_batch_tokens" not in problems

@@ -32,6 +32,8 @@ __all__ = [
     "validate_platforms",
     "validate_temperature",
     "validate_tokenizers",
+    "validate_model_configs",
+    "compare_with_student",
     "validate_pools",
     "validate_before_load",
 ]
@@ -256,21 +258,125 @@ def _vocab(tok) -> dict[str, int]:
     return dict(tok.get_vocab())
 
 
-def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any]) -> list[str]:
+#: tokenizer attributes whose ids must agree (besides the vocabulary)
+SPECIAL_TOKEN_ATTRS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+#: ``config.json`` token ids a vision-language model matches in ``input_ids`` (Qwen-VL names)
+CONFIG_TOKEN_FIELDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+#: ``config.json`` ``vision_config`` fields that fix how the student's processor cut ``pixel_values``
+VISION_FIELDS = ("patch_size", "spatial_merge_size", "temporal_patch_size")
+
+
+def _special_ids(tok) -> dict[str, Any]:
+    ids = {attr: getattr(tok, attr, None) for attr in SPECIAL_TOKEN_ATTRS}
+    ids["special tokens"] = sorted((str(t), int(tok.convert_tokens_to_ids(t)))
+                                   for t in getattr(tok, "all_special_tokens", ()))
+    return ids
+
+
+def _paths(platform: str, student_path: str | None, teacher_paths: Mapping[str, str] | None) -> str:
+    if student_path is None or not teacher_paths or platform not in teacher_paths:
+        return ""
+    return f" (teacher {teacher_paths[platform]}, student {student_path})"
+
+
+def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any], *, student_path: str | None = None,
+                        teacher_paths: Mapping[str, str] | None = None) -> list[str]:
     """Teachers score the student's token ids, so each teacher's token -> id map must equal the
-    student's (same tokens at the same ids, special tokens included)."""
+    student's (same tokens at the same ids, added tokens included), and so must the special-token
+    ids (``bos``/``eos``/``pad``/``unk`` and every special token). Paths, when given, are named in
+    the errors."""
     errors = []
-    ref = _vocab(student_tokenizer)
+    ref, ref_special = _vocab(student_tokenizer), _special_ids(student_tokenizer)
     for platform, tok in teacher_tokenizers.items():
+        where = _paths(platform, student_path, teacher_paths)
         other = _vocab(tok)
-        if other == ref:
+        if other != ref:
+            differ = sorted(t for t in set(ref) | set(other) if ref.get(t) != other.get(t))
+            errors.append(
+                f"mopd.teachers.{platform}: tokenizer vocabulary differs from the student's{where}: "
+                f"{len(differ)} token(s) differ, e.g. "
+                + ", ".join(f"{t!r}: teacher {other.get(t)} vs student {ref.get(t)}" for t in differ[:3])
+                + f"; sizes {len(other)} vs {len(ref)}. Teachers must share the student's tokenizer"
+            )
             continue
-        differ = sorted(t for t in set(ref) | set(other) if ref.get(t) != other.get(t))
-        errors.append(
-            f"mopd.teachers.{platform}: tokenizer vocabulary differs from the student's "
-            f"({len(differ)} token(s) differ, e.g. {differ[:3]}; sizes {len(other)} vs {len(ref)}); "
-            "teachers must share the student's tokenizer"
-        )
+        special = _special_ids(tok)
+        for key in ref_special:
+            if special[key] != ref_special[key]:
+                errors.append(f"mopd.teachers.{platform}: tokenizer {key} differs from the student's{where}: "
+                              f"teacher {special[key]!r} vs student {ref_special[key]!r}")
+    return errors
+
+
+def _config_value(config, field_name: str):
+    value = getattr(config, field_name, None)
+    if value is None and getattr(config, "text_config", None) is not None:
+        value = getattr(config.text_config, field_name, None)
+    return value
+
+
+def validate_model_configs(student_config, teacher_configs: Mapping[str, Any], *, student_path: str | None = None,
+                           teacher_paths: Mapping[str, str] | None = None) -> list[str]:
+    """The teacher reads the student's ``input_ids`` (with the image tokens already expanded) and
+    the student processor's ``pixel_values`` / ``image_grid_thw``: the image/video token ids and
+    the vision tower's ``patch_size``, ``spatial_merge_size`` and ``temporal_patch_size`` must be
+    the student's (transformers ``PretrainedConfig`` objects, or anything with those attributes)."""
+    errors = []
+    for platform, cfg in teacher_configs.items():
+        where = _paths(platform, student_path, teacher_paths)
+        for name in CONFIG_TOKEN_FIELDS:
+            t, s = _config_value(cfg, name), _config_value(student_config, name)
+            if t != s:
+                errors.append(f"mopd.teachers.{platform}: config {name} differs from the student's{where}: "
+                              f"teacher {t!r} vs student {s!r}")
+        t_vis, s_vis = getattr(cfg, "vision_config", None), getattr(student_config, "vision_config", None)
+        if (t_vis is None) != (s_vis is None):
+            errors.append(f"mopd.teachers.{platform}: the {'student' if t_vis is None else 'teacher'} has a vision "
+                          f"tower (vision_config) and the {'teacher' if t_vis is None else 'student'} has none{where}")
+            continue
+        for name in VISION_FIELDS if t_vis is not None else ():
+            t, s = getattr(t_vis, name, None), getattr(s_vis, name, None)
+            if t != s:
+                errors.append(f"mopd.teachers.{platform}: config vision_config.{name} differs from the student's"
+                              f"{where}: teacher {t!r} vs student {s!r}")
+    return errors
+
+
+def compare_with_student(teachers: TeachersConfig, student_path: str, *, student_tokenizer_path: str | None = None,
+                         trust_remote_code: bool = False, platforms: Iterable[str] | None = None) -> list[str]:
+    """Load the tokenizers and ``config.json`` of the student and of each teacher (no weights) and
+    run :func:`validate_tokenizers` and :func:`validate_model_configs`; returns the error lines.
+
+    ``trust_remote_code`` is the student's; each teacher uses its own. ``platforms``: the teachers
+    to compare (default all). A checkpoint that cannot be read is an
+    error naming it. Hub ids are fetched by transformers as usual (tokenizer and config only).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    def load(kind, loader, path, key, trust=trust_remote_code):
+        try:
+            return loader.from_pretrained(path, trust_remote_code=trust), None
+        except Exception as exc:  # noqa: BLE001 - reported with the path
+            return None, f"{key}={path}: cannot read its {kind} ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+
+    chosen = list(teachers.platforms if platforms is None else platforms)
+    tok_path = student_tokenizer_path or student_path
+    student_tok, e1 = load("tokenizer", AutoTokenizer, tok_path, "actor_rollout_ref.model.tokenizer_path"
+                           if student_tokenizer_path else "actor_rollout_ref.model.path")
+    student_cfg, e2 = load("config.json", AutoConfig, student_path, "actor_rollout_ref.model.path")
+    errors = [e for e in (e1, e2) if e]
+    toks, cfgs = {}, {}
+    for p in chosen:
+        path, trust = teachers.teachers[p].model_path, teachers.teachers[p].trust_remote_code
+        toks[p], e1 = load("tokenizer", AutoTokenizer, path, f"mopd.teachers.{p}.model_path", trust)
+        cfgs[p], e2 = load("config.json", AutoConfig, path, f"mopd.teachers.{p}.model_path", trust)
+        errors += [e for e in (e1, e2) if e]
+    paths = {p: teachers.teachers[p].model_path for p in chosen}
+    if student_tok is not None:
+        errors += validate_tokenizers(student_tok, {p: t for p, t in toks.items() if t is not None},
+                                      student_path=tok_path, teacher_paths=paths)
+    if student_cfg is not None:
+        errors += validate_model_configs(student_cfg, {p: c for p, c in cfgs.items() if c is not None},
+                                         student_path=student_path, teacher_paths=paths)
     return errors
 
 

@@ -33,12 +33,12 @@ from verl_mopd.teachers.config import TeacherConfig, TeachersConfig
 from verl_mopd.teachers.layout import (
     CALL_INFO,
     K3_SUM_KEY,
-    TEACHER_FIELDS,
     TEACHER_MESH,
     TIME_KEY,
     TOKENS_KEY,
     as_jagged,
     to_full_sequence,
+    teacher_fields,
     to_no_padding,
 )
 from verl_mopd.teachers.router import check_known, get_field, merge, routing_keys, split, take_rows
@@ -292,8 +292,8 @@ class PlatformTeacherGroup:
         n = len(keys)
         send, index = self._route(keys, get_field(data, cfg.mask_key))
         payloads, pads = {}, {}
-        fields = [f for f in TEACHER_FIELDS if f in data.keys()]
         for platform, rows in index.items():
+            fields = [f for f in teacher_fields(cfg.teachers[platform].backend) if f in data.keys()]
             sub = tu.get_keys(take_rows(data, rows), fields)
             sub, pads[platform] = _pad_tensordict(sub, data_parallel_size(self.worker_groups[platform]))
             tu.assign_non_tensor(sub, **CALL_INFO)
@@ -342,7 +342,7 @@ class PlatformTeacherGroup:
             tq: the TransferQueue client module (``kv_batch_get`` / ``kv_batch_put`` / ``kv_clear``).
 
         The driver reads the routing key, the gate and ``response_mask``; each teacher's ranks fetch
-        their rows (``TEACHER_FIELDS``, images included) and write ``teacher_logprobs`` themselves.
+        their rows (``layout.teacher_fields`` of their backend, images included) and write ``teacher_logprobs`` themselves.
         Gated rows get ``old_log_probs`` in the same layout (read for those rows only).
         """
         from transfer_queue import KVBatchMeta
@@ -357,10 +357,10 @@ class PlatformTeacherGroup:
         send, index = self._route(keys, get_field(small, cfg.mask_key))
         first = next((int(rows[0]) for rows in index.values() if len(rows)), None)
         stored = _stored_fields(batch, first) if first is not None else set()
-        fields = [f for f in TEACHER_FIELDS if f in stored]
         payloads, pad_keys = {}, []
         try:
             for platform, rows in index.items():
+                fields = [f for f in teacher_fields(cfg.teachers[platform].backend) if f in stored]
                 meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[tags[i] for i in rows],
                                    partition_id=batch.partition_id, fields=fields, extra_info=dict(CALL_INFO))
                 meta, added = _pad_kv_meta(meta, data_parallel_size(self.worker_groups[platform]), tq)
@@ -377,7 +377,7 @@ class PlatformTeacherGroup:
         real = np.array([not (t or {}).get("is_padding", False) for t in tags], dtype=bool)
         tokens = np.array([float(m.sum()) for m in as_jagged(small["response_mask"]).unbind(0)])
         metrics = self._metrics(keys, send, real, tokens, index, {p: self._call_stats(o) for p, o in outputs.items()},
-                                "old_log_probs" in fields)
+                                "old_log_probs" in stored)
         metrics["mopd_teacher/wall_s"] = time.perf_counter() - wall_start
         return metrics
 

@@ -23,6 +23,8 @@ from tensordict import TensorDict
 __all__ = [
     "TEACHER_MESH",
     "TEACHER_FIELDS",
+    "MEGATRON_TEACHER_FIELDS",
+    "teacher_fields",
     "CALL_INFO",
     "as_jagged",
     "jagged_rows",
@@ -38,6 +40,17 @@ TEACHER_MESH = "teacher"
 #: the stored per-sample fields a teacher worker reads (absent ones are skipped by TransferQueue)
 TEACHER_FIELDS = ("input_ids", "position_ids", "prompts", "responses", "response_mask", "loss_mask",
                   "multi_modal_inputs", "old_log_probs")
+#: what a ``backend: megatron`` teacher reads of them: verl's Megatron engine takes ``input_ids``,
+#: ``loss_mask``, ``multi_modal_inputs`` and builds its own (m)rope positions from the packed
+#: ``input_ids``; ``response_mask`` cuts the output, ``old_log_probs`` gives the K3 metric (a few KB
+#: per sample). ``position_ids`` (4 int64 rows per token for Qwen-VL), ``prompts`` and ``responses``
+#: are not fetched.
+MEGATRON_TEACHER_FIELDS = ("input_ids", "response_mask", "loss_mask", "multi_modal_inputs", "old_log_probs")
+
+
+def teacher_fields(backend: str) -> tuple[str, ...]:
+    """The fields a teacher of ``backend`` (``hf`` / ``megatron``) is sent."""
+    return MEGATRON_TEACHER_FIELDS if backend == "megatron" else TEACHER_FIELDS
 
 #: batch-level keys of a teacher call, as verl's ``_compute_ref_log_prob`` sets them; teachers are
 #: never tempered (``validate_temperature`` keeps the student's rollout temperature at 1.0 too)

@@ -93,6 +93,7 @@ def compute_kl_gate(
     *,
     is_padding: list[bool] | None = None,
     think_end_token_id: int | None = None,
+    max_response_length: int | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """Per-sample gate fields for one step batch (pure; no TransferQueue).
 
@@ -104,6 +105,9 @@ def compute_kl_gate(
         is_padding: per-sample flags of verl's batch padding; padding rows never enter a group mean
             and get weight 0.
         think_end_token_id: id of ``cfg.think_end_token``; required with ``kl_skip_thought``.
+        max_response_length: the rollout's response length limit (``rollout.response_length``); with
+            ``kl_skip_thought`` a response that reached it without ``</think>`` was cut off inside its
+            thought and gets no KL (``losses.thought_end_index``). None: no response counts as cut off.
 
     Returns:
         ``(fields, metrics)``: ``fields[mopd_kl_mask]`` (bs,) float32 (gate times the normalization
@@ -127,9 +131,16 @@ def compute_kl_gate(
         if think_end_token_id is None:
             raise ValueError("mopd.kl_skip_thought=true needs the id of mopd.think_end_token in the tokenizer")
         responses = _padded(data["responses"], 0).reshape(n, -1)
-        start = thought_end_index(responses, response_mask, think_end_token_id)
+        truncated = None
+        if max_response_length is not None:
+            truncated = response_mask.sum(-1) >= int(max_response_length)
+        start = thought_end_index(responses, response_mask, think_end_token_id, truncated=truncated)
         fields[KL_START_KEY] = start
         window = response_mask & (torch.arange(response_mask.shape[-1]) >= start.unsqueeze(-1))
+        thought_cut_fraction = 0.0
+        if truncated is not None:
+            no_end = ~((responses == think_end_token_id) & response_mask).any(-1)
+            thought_cut_fraction = ((truncated & no_end & real).sum() / real.sum().clamp_min(1)).item()
 
     weight = gate.clone()
     if cfg.normalization == "kept":
@@ -142,6 +153,8 @@ def compute_kl_gate(
         "mopd/kl_mask_on_fraction": gate[real].mean().item() if real.any() else 1.0,
         "mopd/gate_metric_mean": scores[real].mean().item() if real.any() else 0.0,
     }
+    if cfg.kl_skip_thought:
+        metrics["mopd/thought_cut_off_fraction"] = thought_cut_fraction  # no KL on these (all thought)
     if cfg.platform_key and cfg.platform_key in data.keys():
         metrics.update(platform_metrics(data, cfg.platform_key, gate, real, response_mask))
     return fields, metrics
@@ -153,6 +166,7 @@ def write_kl_gate(
     *,
     tq=None,
     think_end_token_id: int | None = None,
+    max_response_length: int | None = None,
 ) -> dict[str, float]:
     """Compute the gate for a step's samples in TransferQueue and store ``mopd_kl_mask``.
 
@@ -161,7 +175,7 @@ def write_kl_gate(
         cfg: the ``mopd`` gate block.
         tq: the TransferQueue client module (default: ``import transfer_queue``); anything with its
             ``kv_batch_get`` / ``kv_batch_put`` calls.
-        think_end_token_id: see :func:`compute_kl_gate`.
+        think_end_token_id, max_response_length: see :func:`compute_kl_gate`.
 
     Returns:
         the gate metrics, for verl's tracking.
@@ -184,6 +198,7 @@ def write_kl_gate(
     if missing:
         raise KeyError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(data.keys())}")
     is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags] if batch.tags else None
-    out, metrics = compute_kl_gate(cfg, data, is_padding=is_padding, think_end_token_id=think_end_token_id)
+    out, metrics = compute_kl_gate(cfg, data, is_padding=is_padding, think_end_token_id=think_end_token_id,
+                                   max_response_length=max_response_length)
     tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch.keys)))
     return metrics

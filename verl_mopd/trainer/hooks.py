@@ -140,12 +140,13 @@ def distillation_loss_fn(config: DictConfig):
 
     What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
     the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
-    false, so verl starts no teacher servers). Picklable: a partial of verl's function.
+    false, so verl starts no teacher servers). Through ``verl_mopd.losses.mopd_distillation_ppo_loss``,
+    verl's function plus a micro-batch of padding rows only. Picklable: a module-level partial.
     """
-    from verl.trainer.distillation.losses import distillation_ppo_loss
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import DistillationConfig, DistillationLossConfig
 
+    from verl_mopd.losses import mopd_distillation_ppo_loss
     from verl_mopd.plugin import MOPD_LOSS_MODE
 
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
@@ -156,7 +157,7 @@ def distillation_loss_fn(config: DictConfig):
             f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
         )
     distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
-    return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
+    return partial(mopd_distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
 
 
 def think_end_token_id(tokenizer, gate) -> int | None:
@@ -185,12 +186,24 @@ def actor_resource_pool(trainer):
 
 def build_worker_teachers(trainer):
     """The ``PlatformTeacherGroup`` of the run's ``hf`` / ``megatron`` teachers (models loaded), or
-    None with no teachers or ``backend: server`` ones (verl's teacher loop runs those)."""
+    None with no teachers or ``backend: server`` ones (verl's teacher loop runs those).
+
+    Raises ``TeacherConfigError`` before any weights load when a teacher's tokenizer or vision
+    config differs from the student's (``verl_mopd.teachers.config.compare_with_student``)."""
     teachers = teachers_config_from(trainer.config)
     if teachers is None or all(t.backend == "server" for t in teachers.teachers.values()):
         return None
     from verl_mopd.teachers import PlatformTeacherGroup
+    from verl_mopd.teachers.config import TeacherConfigError, compare_with_student
 
+    # the teachers score the student's token ids and pixel patches: refuse a mismatch before any
+    # weights load (tokenizers and config.json only)
+    model = trainer.config.actor_rollout_ref.model
+    workers = [p for p, t in teachers.teachers.items() if t.backend != "server"]
+    errors = compare_with_student(teachers, model.path, student_tokenizer_path=model.get("tokenizer_path") or None,
+                                  trust_remote_code=bool(model.get("trust_remote_code", False)), platforms=workers)
+    if errors:
+        raise TeacherConfigError(errors)
     colocated = any(t.placement == "colocated" for t in teachers.teachers.values())
     return PlatformTeacherGroup.build(teachers, use_gpu=trainer.config.trainer.device != "cpu",
                                       colocated_pool=actor_resource_pool(trainer) if colocated else None,
@@ -242,7 +255,9 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
 
     tq = trainer_base.tq
     token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
-    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id)
+    # a response of this length without </think> was cut off inside its thought: no KL on it
+    limit = OmegaConf.select(trainer.config, "actor_rollout_ref.rollout.response_length") if token_id is not None else None
+    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id, max_response_length=limit)
     if teachers is not None:
         metrics.update(score_teachers(teachers, batch, tq))
     return metrics

@@ -117,17 +117,20 @@ class MOPDTrainerMixin:
     # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state and the held-back
     #    prompts (already drawn from verl's dataloader, so not in its data.pt) are ours ------------
     def _save_checkpoint(self):
+        """Our state into ``global_step_N/`` first, then verl's save: verl's ``_save_checkpoint``
+        writes ``latest_checkpointed_iteration.txt`` (the step a resume takes) as its last act, so
+        a crash at any point never leaves a "latest" step without our files."""
         import torch
 
         from verl_mopd.files import atomic_write
 
-        super()._save_checkpoint()
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        os.makedirs(folder, exist_ok=True)
         if hasattr(self.replay_buffer, "save_checkpoint"):
             self.replay_buffer.save_checkpoint(folder)
-        os.makedirs(folder, exist_ok=True)
         with atomic_write(os.path.join(folder, HELD_PROMPTS_FILE), "wb") as f:  # as batching_state.json
             torch.save(self._held_prompts, f)
+        super()._save_checkpoint()
 
     def _load_checkpoint(self):
         import torch

@@ -108,6 +108,14 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
         return None
     if gate.enable:
         _check_gate_against_filter(config, gate, warnings)
+        mode = _section(config, "actor_rollout_ref.actor.loss_agg_mode")
+        if gate.normalization == "kept" and mode is not None and mode != "token-mean":
+            problems.append(
+                f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}: 'kept' is exact only for "
+                "token-mean (the gate scales the kept samples by N_tokens / N_kept_tokens of the step, a token "
+                "ratio that is wrong for a per-sequence mean or a sum); use mopd.normalization=all or "
+                "loss_agg_mode=token-mean"
+            )
     return gate
 
 
@@ -177,6 +185,15 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
                 f"pool of {actor_gpus}"
             )
         _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, warnings)
+        longest = _longest_sequence(config)
+        if t.backend == "megatron" and longest is not None and t.micro_batch_tokens < longest:
+            problems.append(
+                f"mopd.teachers.{platform}.micro_batch_tokens={t.micro_batch_tokens} is below the longest sequence, "
+                f"data.max_prompt_length + data.max_response_length = {longest}: verl's Megatron engine packs "
+                "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
+                f"(verl.utils.seqlen_balancing); set it >= {longest}"
+            )
+    _check_teachers_match_student(config, teachers, problems, warnings)
     if any(t.backend == "server" for t in teachers.teachers.values()) and not bool(
         _section(config, "distillation.enabled")
     ):
@@ -184,6 +201,42 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
             "mopd.teachers use backend=server (verl's teacher loop) but distillation.enabled=false; "
             "set distillation.enabled=true (verl_mopd.teachers.backends.server builds that block)"
         )
+
+
+def _longest_sequence(config: DictConfig) -> int | None:
+    prompt, response = _section(config, "data.max_prompt_length"), _section(config, "data.max_response_length")
+    if isinstance(prompt, int) and isinstance(response, int):
+        return prompt + response
+    return None
+
+
+def _check_teachers_match_student(config: DictConfig, teachers, problems: list[str], warnings: list[str]) -> None:
+    """Each teacher's tokenizer (vocabulary, special ids) and ``config.json`` (image token ids,
+    ``vision_config`` patch sizes) against the student's, for the checkpoints that are local folders
+    here (tokenizers and configs only, no weights). The trainer repeats it for ``hf``/``megatron``
+    teachers when it builds them (``verl_mopd.trainer.hooks.build_worker_teachers``)."""
+    from verl_mopd.teachers.config import compare_with_student
+
+    student = _section(config, "actor_rollout_ref.model.path")
+    tokenizer = _section(config, "actor_rollout_ref.model.tokenizer_path")
+    if not (isinstance(student, str) and os.path.isdir(student)) or (tokenizer and not os.path.isdir(str(tokenizer))):
+        warnings.append(
+            f"teacher tokenizers and vision configs not compared with the student's: actor_rollout_ref.model.path="
+            f"{student}{f' (tokenizer_path={tokenizer})' if tokenizer else ''} is not a local folder here"
+            + ("; the trainer compares the hf/megatron teachers when it builds them"
+               if any(t.backend != "server" for t in teachers.teachers.values()) else "")
+        )
+        return
+    local = [p for p, t in teachers.teachers.items() if os.path.isdir(t.model_path)]
+    for platform in sorted(set(teachers.platforms) - set(local)):
+        when = ("the trainer compares it when it builds the teachers" if teachers.teachers[platform].backend != "server"
+                else "backend=server teachers are not compared at run time")
+        warnings.append(f"mopd.teachers.{platform}: tokenizer and vision config not compared with the student's "
+                        f"(model_path={teachers.teachers[platform].model_path} is not a local folder here; {when})")
+    if local:
+        problems.extend(compare_with_student(
+            teachers, student, student_tokenizer_path=tokenizer or None, platforms=local,
+            trust_remote_code=bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))))
 
 
 def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str]) -> set[str] | None:
@@ -381,6 +434,26 @@ def _check_cluster(config: DictConfig, problems: list[str]) -> bool:
     return True
 
 
+def checkpoint_dir_problems(config: DictConfig) -> list[str]:
+    """``trainer.default_local_dir`` must be absolute when the job spans more than one node: every
+    Megatron rank writes its checkpoint shards there and the driver its ``data.pt`` (and our
+    ``batching_state.json``, ``mopd_held_prompts.pt``), each resolving a relative path against its
+    own working directory on its own node, so the checkpoint would be scattered and unresumable."""
+    folder = _section(config, "trainer.default_local_dir")
+    nodes = _section(config, "trainer.nnodes")
+    rollout_nodes = _section(config, "actor_rollout_ref.rollout.nnodes") or 0
+    if not isinstance(nodes, int) or not isinstance(rollout_nodes, int) or folder is None:
+        return []
+    total = nodes + rollout_nodes  # a separate rollout pool adds nodes
+    if total > 1 and not os.path.isabs(str(folder)):
+        return [
+            f"trainer.default_local_dir={folder} is relative, but the job runs on {total} nodes: each node would "
+            "write its checkpoint shards under its own working directory; set it to an absolute folder on storage "
+            "every node mounts (the recipes read CKPT_DIR: CKPT_DIR=/shared/ckpt)"
+        ]
+    return []
+
+
 def _finite(config: DictConfig, key: str) -> Any:
     value = _section(config, key)
     if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
@@ -452,6 +525,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
         _check_placement_and_mode(config, problems)
     _check_sampler(config, problems)
     _check_run_numbers(config, problems, warnings)
+    problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
@@ -558,6 +632,7 @@ def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
         _convert(config, path, problems)
     for key in ("model.path", "data.train_files"):
         _check_path(key, _section(config, key), problems, warnings)
+    problems.extend(checkpoint_dir_problems(config))
     engine = _section(config, "engine")
     gpus = int(_section(config, "trainer.n_gpus_per_node") or 0) * int(_section(config, "trainer.nnodes") or 0)
     if engine is not None and gpus:

@@ -22,10 +22,11 @@ import importlib
 import sys
 import time
 
-from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import TrainingWorker
 
 from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError
+from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import CALL_INFO, TEACHER_MESH, teacher_output
 
 __all__ = ["teacher_blocks", "worker_config_from_blocks", "training_worker_config", "MegatronTeacherWorker",
@@ -84,7 +85,7 @@ def teacher_blocks(cfg: TeacherConfig, run_config) -> tuple[dict, dict]:
         optimizer_offload=False,
     )
     model = _run_block(run_config, "actor_rollout_ref.model")
-    # the teacher's own tokenizer (checked equal to the student's before anything loads), no adapter
+    # the teacher's own checkpoint and tokenizer, no adapter
     model.update(path=cfg.model_path, tokenizer_path=None, trust_remote_code=cfg.trust_remote_code, lora_rank=0,
                  lora={})
     return ref, model
@@ -124,11 +125,13 @@ def training_worker_config(cfg: TeacherConfig, run_config):
     return worker_config_from_blocks(cfg, *teacher_blocks(cfg, run_config))
 
 
-class MegatronTeacherWorker(TrainingWorker):
+class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
     """verl's ``TrainingWorker`` (forward only) answering the teacher call.
 
     Registers mesh ``TEACHER_MESH`` with the engine's data-parallel rank; only model-parallel source
-    ranks (TP 0, last PP stage) collect, as for verl's own ``train`` mesh.
+    ranks (TP 0, last PP stage) collect, as for verl's own ``train`` mesh. A shard is read from
+    TransferQueue by one rank of its model-parallel group and broadcast to the others
+    (``verl_mopd.teachers.fetch``), not read by each of the TP x PP ranks.
     """
 
     def __init__(self, teacher: dict, ref: dict, model: dict, output_key: str = "teacher_logprobs"):
@@ -146,21 +149,34 @@ class MegatronTeacherWorker(TrainingWorker):
         self.reset()  # engine.initialize(): build, load the HF weights, offload (forward_only)
         return True
 
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=TEACHER_MESH), blocking=False)
-    def compute_teacher_log_prob(self, data):
-        """``data``: this data-parallel rank's shard (no-padding layout). Returns ``teacher_output``
-        on source ranks, None on the others."""
+    def fetch_group(self):
+        """Megatron's model-parallel group (TP x PP) and its first rank; the broadcast runs on the GPU."""
+        import torch
+        from megatron.core import parallel_state as mpu
+        from verl.utils.device import get_device_id, get_device_name
+
+        group = mpu.get_model_parallel_group()
+        if torch.distributed.get_world_size(group=group) == 1:
+            return None, self._global_rank(), None
+        return group, mpu.get_model_parallel_src_rank(), torch.device(get_device_name(), get_device_id())
+
+    @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
+    def compute_teacher_log_prob(self, shard):
+        """``shard``: this data-parallel rank's shard (``DeferredShard``, fetched once per model-parallel
+        group; or a TensorDict in the no-padding layout). Returns the stored output's ``KVBatchMeta``
+        (or ``teacher_output`` for a TensorDict) on source ranks, None on the others."""
         from verl.utils import tensordict_utils as tu
 
         started = time.perf_counter()
+        data = self.fetch_shard(shard)
         tu.maybe_fix_3d_position_ids(data)
         tu.assign_non_tensor(data, **{k: v for k, v in CALL_INFO.items() if k not in data.keys()})
         if "loss_mask" not in data.keys():  # the engine counts tokens on it; verl stores it = response_mask
             data["loss_mask"] = data["response_mask"]
         output = self.infer_batch(data)  # verl's TrainingWorker.infer_batch: engine keys, eval mode, offload
-        if output is None:
-            return None
-        return teacher_output(output["log_probs"], data, started, self.output_key)
+        if output is not None:
+            output = teacher_output(output["log_probs"], data, started, self.output_key)
+        return self.store_output(output, shard, is_collect=output is not None)
 
 
 def megatron_teacher_class(cfg: TeacherConfig, run_config, output_key: str = "teacher_logprobs"):
@@ -218,9 +234,11 @@ def megatron_stack_report(vanilla_mbridge: bool = False) -> list[tuple[str, bool
     detail = (f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if cuda
               else f"none visible (torch {torch.__version__}, CUDA build {torch.version.cuda})")
     rows.append(("CUDA device", cuda, detail))
-    py = sys.version_info
-    rows.append(("Python >= 3.12 (Megatron-Bridge wheels on PyPI require it)", vanilla_mbridge or py >= (3, 12),
-                 f"{py.major}.{py.minor}"))
+    from verl_mopd.gpu_stack import PYTHON
+
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    rows.append((f"Python {PYTHON} (Megatron-Core 0.18 and Megatron-Bridge wheels need >= 3.12, verl 0.9.1 < 3.13)",
+                 py == PYTHON, py))
     return rows
 
 
