@@ -318,12 +318,13 @@ def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: st
     stage2_env = {**env, "TRAIN_FILES": str(inputs["rl"] / "train.parquet"),
                   "VAL_FILES": str(inputs["rl"] / "val.parquet"), "STUDENT_PATH": str(inputs["student"]),
                   **{f"{p.upper()}_TEACHER": str(paths.teacher(p)) for p in PLATFORMS},
+                  "CKPT_DIR": str(paths.stage2 / "ckpt"),
                   "VERL_MOPD_STEP_DUMP": str(paths.stage2 / "dumps"),
                   "VERL_MOPD_ROLLOUT_SYNC_LOG": str(paths.stage2 / "rollout_sync.jsonl"),
                   "VERL_FILE_LOGGER_PATH": str(paths.stage2 / f"{name}_metrics.jsonl")}
     run_process([sys.executable, "-m", "verl_mopd.trainer.main", f"--config-path={paths.recipes}",
                  "--config-name=stage2_mopd_qwen3vl8b", f"+smoke={profile.stage2}",
-                 f"trainer.default_local_dir={paths.stage2 / 'ckpt'}", f"trainer.total_training_steps={steps}"],
+                 f"trainer.total_training_steps={steps}"],
                 stage2_env, paths.logs / f"{name}.log", timeout, cwd=paths.stage2)
 
 
@@ -551,8 +552,12 @@ def _check_resume(paths: Paths) -> tuple[bool, str]:
     records = [json.loads(line) for line in (paths.stage2 / "dumps" / "batching_state.jsonl").read_text().splitlines()]
     saved_end = [r for r in records if r["step"] == RESUME_STEP and r["when"] == "end"]
     resumed_begin = [r for r in records if r["step"] == RESUME_STEP + 1 and r["when"] == "begin"]
-    step_folder = paths.stage2 / "ckpt" / f"global_step_{RESUME_STEP}"
     from verl_mopd.batching.sampler import STATE_FILE
+
+    hits = sorted((paths.stage2 / "ckpt").glob(f"*/*/global_step_{RESUME_STEP}"))
+    if len(hits) != 1:
+        return False, f"expected one global_step_{RESUME_STEP} checkpoint under {paths.stage2 / 'ckpt'}, found {hits}"
+    step_folder = hits[0]
 
     on_disk = json.loads((step_folder / STATE_FILE).read_text())
     if len(saved_end) != 1 or len(resumed_begin) != 1:
