@@ -14,6 +14,12 @@ GPU_EXTRAS = runpy.run_path(str(HERE / "verl_mopd" / "gpu_stack.py"))["EXTRAS"]
 CPU_TORCH = ["torch==2.13.0"]
 # `verl-mopd demo`: the CPU torch and the plot
 DEMO = [*CPU_TORCH, "matplotlib"]
+# `verl-mopd smoke` and the test suite run verl's real trainers on tiny Qwen3-VL models: Qwen3-VL's
+# processor (its video processor) and qwen_vl_utils, which verl's datasets read images with, need
+# torchvision, and no torchvision wheel on PyPI loads beside the CPU build of torch 2.13. So these
+# take a matching pair, torch 2.14.1 with torchvision 0.29.1 (PyPI's builds, CUDA-enabled; they run
+# on a CPU-only machine).
+VL_TORCH = ["torch==2.14.1", "torchvision==0.29.1", "qwen-vl-utils>=0.0.14,<0.1"]
 
 setup(
     name="verl-mopd",
@@ -48,9 +54,11 @@ setup(
     ],
     extras_require={
         "demo": DEMO,
-        # the CPU test suite: the demo's stack, the test tools, and what the tests drive for real
+        "smoke": VL_TORCH,
+        # the CPU test suite: the smoke's stack, the demo's plot, the test tools, and what the tests drive for real
         "test": [
-            *DEMO,
+            *VL_TORCH,
+            "matplotlib",
             "pytest>=8",
             "hypothesis>=6.100",
             # the online-eval harness tests: OSWorld's VM pins pyautogui 0.9.54 (its keyboard code runs

@@ -419,14 +419,19 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
         weight = torch.ones(student.shape[0], device=student.device) if gate is None else gate.reshape(-1)
         on = (weight > 0).float()
         counted = response_mask if window is None else response_mask * window  # thought tokens skipped
+        # per sample: K3 over its counted tokens, with the constant "kept"-normalization weight the driver
+        # may have folded into mopd_kl_mask divided out again (the rollout IS weights stay in)
+        k3_on = (k3 * response_mask).sum(-1) / torch.where(on > 0, weight, torch.ones_like(weight))
+        tokens_on = counted.sum(-1) * on
         metrics = {
-            # IS-weighted K3 per counted token of the KL-on samples (docstring); dividing by the gate
-            # weights undoes the constant "kept"-normalization weight folded into mopd_kl_mask
-            "mopd/k3_mean_kl_on": Metric(
-                AggregationType.MEAN,
-                (k3 * response_mask).sum() / (counted.sum(-1) * weight).sum().clamp_min(1e-8),
-            ),
+            # IS-weighted K3 per counted token of the KL-on samples (docstring)
+            "mopd/k3_mean_kl_on": Metric(AggregationType.MEAN, k3_on.sum() / tokens_on.sum().clamp_min(1e-8)),
             "mopd/kl_mask_on_fraction": Metric(AggregationType.MEAN, on.mean()),
+            # sums over the micro-batches (per data-parallel rank, averaged over ranks): exact totals where
+            # the means above average micro-batch means
+            "mopd/k3_sum_kl_on": Metric(AggregationType.SUM, k3_on.sum()),
+            "mopd/kl_on_tokens": Metric(AggregationType.SUM, tokens_on.sum()),
+            "mopd/kl_on_samples": Metric(AggregationType.SUM, on.sum()),
         }
     return k3, metrics
 

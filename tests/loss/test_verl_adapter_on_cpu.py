@@ -212,6 +212,44 @@ def test_kl_on_metric_counts_only_the_tokens_after_the_thought():
     assert (per_token[0, :2] == 0).all() and (per_token[2] == 0).all()
 
 
+def test_the_actor_sums_are_exact_totals_over_micro_batches_of_any_size():
+    """``mopd/k3_sum_kl_on``, ``mopd/kl_on_tokens`` and ``mopd/kl_on_samples`` (SUM metrics) add up over
+    micro-batches of unequal sizes to the float64 totals of the whole batch: the documented K3 times
+    the rollout IS weights over the window tokens of the samples whose KL is on, with a "kept"
+    normalization weight in the gate divided out, where the MEAN metrics average micro-batch means."""
+    from verl.utils.metric import AggregationType
+
+    from verl_mopd.losses import K3_CLAMP_BELOW, K3_LINEAR_ABOVE
+    from verl_mopd.testing.smoke import k3_reference  # the smoke's float64 K3, checked here too
+
+    prompt_lens, resp_lens = [2, 3, 4, 2, 5], [5, 4, 3, 6, 2]
+    gate = [1.6, 0.0, 1.6, 1.6, 0.0]  # a constant "kept" weight on the samples whose KL is on
+    starts = [2, 0, 1, 0, 0]
+    weights = [torch.linspace(0.5, 1.5, r, dtype=torch.float64) for r in resp_lens]
+    totals = {"mopd/k3_sum_kl_on": 0.0, "mopd/kl_on_tokens": 0.0, "mopd/kl_on_samples": 0.0}
+    means = []
+    want_sum = want_tokens = 0.0
+    for rows in ([0, 1], [2, 3, 4]):  # two micro-batches of unequal size
+        data, out, leaf, teacher, pos = build_microbatch([prompt_lens[i] for i in rows], [resp_lens[i] for i in rows],
+                                                         kl_mask=[gate[i] for i in rows], seed=rows[0])
+        data["mopd_kl_start"] = torch.tensor([starts[i] for i in rows])
+        data["rollout_is_weights"] = torch.nested.as_nested_tensor([weights[i] for i in rows], layout=torch.jagged)
+        actor, dist = _configs()
+        _, metrics = compute_mopd_k3(actor, dist, out, data)
+        for key in totals:
+            assert metrics[key].aggregation == AggregationType.SUM
+            totals[key] += metrics[key].values[0]
+        means.append(metrics["mopd/k3_mean_kl_on"].values[0])
+        for j, i in enumerate(rows):
+            if gate[i]:
+                d = (teacher[pos[j]] - leaf.detach()[pos[j]]).double()[starts[i]:]
+                want_sum += (k3_reference(d, K3_LINEAR_ABOVE, K3_CLAMP_BELOW) * weights[i][starts[i]:]).sum().item()
+                want_tokens += resp_lens[i] - starts[i]
+    assert totals["mopd/k3_sum_kl_on"] == pytest.approx(want_sum, rel=1e-9)
+    assert totals["mopd/kl_on_tokens"] == want_tokens and totals["mopd/kl_on_samples"] == 3
+    assert sum(means) / 2 != pytest.approx(want_sum / want_tokens, rel=1e-6)  # why the sums exist
+
+
 def test_micro_batch_split_invariance_fsdp_and_megatron_conventions():
     """Loss with the global token count: micro-batch losses add up to the mini-batch loss.
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from verl_mopd.teachers.config import TeachersConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
-from verl_mopd.trainer.hooks import dump_scored_samples, score_teachers
+from verl_mopd.trainer.hooks import dump_step, score_teachers
 
 
 def _nbytes(obj) -> int:
@@ -57,7 +57,7 @@ def teachers(ray_tq, tmp_path_factory):
     return group, models
 
 
-def _store_step(tq, models, platforms, gate, seed=0):
+def _store_step(tq, models, platforms, gate, seed=0, lengths=None):
     """Put one step's samples in TransferQueue as the agent loop does, pad the batch with verl's own
     synthetic rows, then store old_log_probs and the gate (as verl's old-log-prob step and our gate do)."""
     from transfer_queue import KVBatchMeta
@@ -68,8 +68,10 @@ def _store_step(tq, models, platforms, gate, seed=0):
     samples, keys, tags = [], [], []
     for i, platform in enumerate(platforms):
         image = (16, 12) if platform == "desktop" else (None if i % 2 else (8, 8))
-        s = vl_sample(models[platform], rng, image_hw=image, prompt_len=int(rng.integers(3, 9)),
-                      response_len=int(rng.integers(2, 7)))
+        prompt_len, response_len = lengths or (int(rng.integers(3, 9)), int(rng.integers(2, 7)))
+        if lengths:
+            image = (8, 8)
+        s = vl_sample(models[platform], rng, image_hw=image, prompt_len=prompt_len, response_len=response_len)
         s.update(platform=platform, uid=f"g{i // 2}")
         samples.append(s)
         keys.append(f"g{i // 2}_{i % 2}_0")
@@ -139,8 +141,10 @@ def test_score_teachers_end_to_end_through_transfer_queue(ray_tq, teachers, monk
     listed = ray_tq.kv_list(partition_id="train")["train"]
     assert not [k for k in listed if k.startswith("mopd_teacher_pad_")]
 
-    # the smoke run's diagnostic dump holds the scored rows with the stored values, response only
-    rows = torch.load(dump_scored_samples(group, batch, ray_tq, str(tmp_path)), weights_only=False)
+    # the smoke's step dump holds every sample with the stored values, response only
+    rows = torch.load(dump_step(batch, ray_tq, str(tmp_path), step=1), weights_only=False)["rows"]
+    assert len(rows) == len(batch.keys) and [r["key"] for r in rows] == list(batch.keys)
+    rows = [r for r in rows if r["gate"] and not r["padding"]]
     assert sorted(r["platform"] for r in rows) == ["desktop"] * 3 + ["mobile"] * 2
     for row in rows:
         i = next(j for j, s in enumerate(samples) if torch.equal(s["input_ids"], row["input_ids"]))
@@ -163,6 +167,27 @@ def test_in_memory_tensordict_from_transfer_queue_matches_direct_forward(ray_tq,
         torch.testing.assert_close(row.double(), direct_vl_logprobs(models[p], s), atol=1e-5, rtol=0)
     assert metrics["mopd_teacher/desktop/tokens"] == sum(len(s["responses"]) for s in samples if s["platform"] ==
                                                          "desktop")
+    ray_tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_a_shard_of_samples_all_of_one_length_is_scored_right(ray_tq, teachers):
+    """Samples of one length: TransferQueue packs their (4, L) position ids with the channel dim
+    ragged, and verl's maybe_fix_3d_position_ids would slice them into garbage (the CPU smoke's
+    resumed step 3 crashed on it); the teachers read both layouts."""
+    group, models = teachers
+    platforms = ["mobile", "mobile", "desktop", "desktop", "desktop", "desktop"]
+    batch, samples, _ = _store_step(ray_tq, models, platforms, [1.0] * 6, seed=9, lengths=(5, 4))
+    assert len({len(s["input_ids"]) for s in samples}) == 1
+    fetched = ray_tq.kv_batch_get(keys=batch.keys[:6], partition_id="train", select_fields=["position_ids"])
+    assert fetched["position_ids"]._ragged_idx == 1  # the channel-ragged packing
+    score_teachers(group, batch, ray_tq)
+    stored = ray_tq.kv_batch_get(keys=batch.keys[:6], partition_id="train",
+                                 select_fields=["teacher_logprobs", "prompts", "responses"])
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    teacher = no_padding_2_padding(stored["teacher_logprobs"], stored).squeeze(-1)
+    for i, (s, p) in enumerate(zip(samples, platforms, strict=True)):
+        torch.testing.assert_close(teacher[i].double(), direct_vl_logprobs(models[p], s), atol=1e-5, rtol=0)
     ray_tq.kv_clear(keys=batch.keys, partition_id="train")
 
 

@@ -8,10 +8,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl_mopd.trainer.validate import compose_recipe, surviving_group_min_mean, validate, validate_recipe_cli
+from verl_mopd.trainer.validate import (
+    compose_recipe,
+    config_group_problem,
+    partial_recipe_problem,
+    surviving_group_min_mean,
+    validate,
+    validate_recipe_cli,
+)
 
 ROOT = pathlib.Path(__file__).parents[2]
-RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml") if not p.name.startswith("_"))
+RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml")
+                 if not partial_recipe_problem(str(p)) and not config_group_problem(str(p)))
 STAGE2 = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_qwen3vl8b.yaml"
 
 
@@ -25,6 +33,18 @@ def test_the_recipes_are_found():
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_recipe_validates(recipe, capsys):
     assert validate_recipe_cli(str(recipe), []) == 0, capsys.readouterr().err
+
+
+def test_a_config_group_option_names_the_recipe_and_the_override_to_compose_it_with(capsys):
+    from verl_mopd.errors import UsageError
+
+    layout = ROOT / "recipes" / "ui_mopd" / "layout" / "stage2_cpu.yaml"
+    smoke = ROOT / "recipes" / "ui_mopd" / "smoke" / "stage2_cpu.yaml"
+    assert "stage2_mopd_qwen3vl8b.yaml layout=stage2_cpu" in config_group_problem(str(layout))
+    assert "+smoke=stage2_cpu" in config_group_problem(str(smoke))
+    with pytest.raises(UsageError, match="config group 'smoke'"):
+        validate_recipe_cli(str(smoke), [])
+    assert config_group_problem(str(STAGE2)) is None
 
 
 def test_stage2_recipe_is_the_paper_setup():

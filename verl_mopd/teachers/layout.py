@@ -27,7 +27,7 @@ __all__ = [
     "teacher_fields",
     "CALL_INFO",
     "as_jagged",
-    "jagged_rows",
+    "position_rows",
     "to_full_sequence",
     "teacher_output",
     "output_metrics",
@@ -68,19 +68,42 @@ def as_jagged(t: torch.Tensor) -> torch.Tensor:
     return torch.nested.as_nested_tensor(list(t.unbind(0)), layout=torch.jagged)
 
 
-def jagged_rows(t: torch.Tensor) -> list[torch.Tensor]:
-    """The per-sample tensors of a (possibly 3-D) jagged tensor.
+def position_rows(position_ids: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
+    """Each sample's position ids, ``(T_i,)`` or ``(C, T_i)``, from the batch's ``position_ids`` whatever
+    layout it arrived in; ``lengths`` are the samples' sequence lengths (``input_ids``).
 
-    ``unbind`` of a 3-D jagged tensor whose ragged dim is not 1 can split the wrong dimension
-    (pytorch#153238, worked around the same way in ``verl.utils.tensordict_utils.chunk_tensordict``).
+    TransferQueue packs per-sample ``(C, T_i)`` position ids with ``torch.nested.as_nested_tensor``,
+    which makes the *sequence* dim ragged when the lengths differ (``(bs, C, j)``, ragged dim 2) but
+    the *channel* dim when they are all equal (``(bs, j, T)``, ragged dim 1). verl's
+    ``tensordict_utils.maybe_fix_3d_position_ids`` (called by its engines after a pickle round trip)
+    sets the ragged dim to 2 unconditionally, which turns the equal-length case into garbage rows
+    (``(bs*C, C)`` slices). This reads the values by their shape against ``lengths`` instead, so it
+    is right in either case, before or after verl's "fix".
+
+    Raises:
+        ValueError naming the shapes when no reading gives one ``(..., T_i)`` row per sample.
     """
-    if not t.is_nested:
-        return list(t.unbind(0))
-    ragged = getattr(t, "_ragged_idx", 1)
-    if t.dim() == 3 and ragged == 2:  # (bs, C, j): values (C, total)
-        values, offsets = t.values(), t.offsets().tolist()
-        return [values[:, offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
-    return list(t.unbind(0))
+    bs = len(lengths)
+    if not position_ids.is_nested or position_ids.dim() == 2:
+        rows = list(position_ids.unbind(0))
+    else:
+        values = position_ids.values()  # 2-D: (C, sum T_i) or, all T_i equal, (bs * C, T)
+        if values.dim() == 2 and values.shape[1] == sum(lengths):
+            bounds = [0]
+            for n in lengths:
+                bounds.append(bounds[-1] + n)
+            rows = [values[:, bounds[i] : bounds[i + 1]] for i in range(bs)]
+        elif values.dim() == 2 and len(set(lengths)) == 1 and values.shape[1] == lengths[0] and values.shape[0] % bs == 0:
+            rows = list(values.reshape(bs, values.shape[0] // bs, lengths[0]).unbind(0))
+        else:
+            rows = []
+    if len(rows) != bs or any(r.shape[-1] != n for r, n in zip(rows, lengths, strict=False)):
+        raise ValueError(
+            f"position_ids {tuple(position_ids.shape)} (nested: {position_ids.is_nested}, values "
+            f"{tuple(position_ids.values().shape) if position_ids.is_nested else '-'}) does not hold one (..., T) row "
+            f"per sample for sequence lengths {lengths}"
+        )
+    return rows
 
 
 def to_full_sequence(response_logp, prompt_lens, response_lens) -> torch.Tensor:

@@ -60,6 +60,7 @@ __all__ = [
     "build_worker_teachers",
     "compute_kl_gate",  # noqa: F822  (provided on first use by the module's __getattr__, PEP 562)
     "distillation_loss_fn",
+    "dump_step",
     "gate_config_from",
     "score_teachers",
     "set_verl_trainer_mode",
@@ -262,9 +263,6 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     return metrics
 
 
-TEACHER_DUMP_ENV = "VERL_MOPD_TEACHER_DUMP"
-
-
 def score_teachers(group, batch, tq) -> dict:
     """Score a step's stored samples with their platforms' teachers; ``teacher_logprobs`` is stored
     for every sample in the layout verl's distillation loss reads.
@@ -274,36 +272,64 @@ def score_teachers(group, batch, tq) -> dict:
     included) from TransferQueue and store their results themselves
     (``PlatformTeacherGroup.score_transfer_queue``), as verl's own ``compute_log_prob`` does.
     """
-    metrics = group.score_transfer_queue(batch, tq)
-    if os.environ.get(TEACHER_DUMP_ENV):
-        dump_scored_samples(group, batch, tq, os.environ[TEACHER_DUMP_ENV])
-    return metrics
+    return group.score_transfer_queue(batch, tq)
 
 
-def dump_scored_samples(group, batch, tq, folder: str, per_platform: int = 4) -> str:
-    """Diagnostic (``scripts/gpu_smoke.sh`` sets ``VERL_MOPD_TEACHER_DUMP``): save up to
-    ``per_platform`` scored samples per platform as ``{platform, input_ids, teacher}`` with the stored
-    ``teacher_logprobs`` cut to the response as verl's loss reads them. Returns the file written."""
+# -- diagnostics -----------------------------------------------------------------------------------
+
+#: a folder: with it set, the ``mopd_*`` trainers write every step's samples there (:func:`dump_step`)
+STEP_DUMP_ENV = "VERL_MOPD_STEP_DUMP"
+#: the per-sample fields :func:`dump_step` reads (those a sample lacks are skipped by TransferQueue)
+DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", "teacher_logprobs",
+               "mopd_kl_mask", "mopd_kl_start", "rollout_is_weights", "advantages", "rm_scores", "multi_modal_inputs")
+
+
+def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: int | None = None) -> str:
+    """Diagnostic: save every sample of a step as verl's actor will read it, after the advantages.
+
+    ``verl-mopd smoke`` sets ``VERL_MOPD_STEP_DUMP`` and recomputes the teachers' log-probs and the
+    loss's K3 from these rows. Per sample (response-aligned tensors of length ``r``): ``key``,
+    ``padding``, ``platform``, ``uid``, ``input_ids`` (prompt + response), ``student`` (verl's
+    ``old_log_probs``), ``teacher`` (the stored ``teacher_logprobs`` cut to the response, as verl's
+    loss reads them), ``gate`` (``mopd_kl_mask``), ``kl_start``, ``rollout_is_weights``, ``advantages``,
+    ``score`` (the summed ``rm_scores``) and ``multi_modal_inputs``. Returns the file written
+    (``step_<N>.pt``, or a timestamped name without ``step``).
+    """
     import time
 
     import torch
 
-    cfg = group.config
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                           select_fields=[cfg.routing_key, cfg.mask_key, "input_ids", "responses", cfg.output_key])
-    gate = data[cfg.mask_key] if cfg.mask_key in data.keys() else torch.ones(len(batch.keys))
-    rows, count = [], {}
-    for i, (platform, seq, resp, full) in enumerate(zip(list(data[cfg.routing_key]), data["input_ids"].unbind(0),
-                                                        data["responses"].unbind(0),
-                                                        data[cfg.output_key].unbind(0), strict=True)):
-        platform = str(platform)
-        if float(gate[i]) <= 0 or (batch.tags and batch.tags[i].get("is_padding")) or count.get(platform, 0) >= per_platform:
-            continue
-        count[platform] = count.get(platform, 0) + 1
+    fields = [routing_key, *DUMP_FIELDS]
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    have = set(data.keys())
+    column = {name: (list(data[name]) if name in (routing_key, "uid", "multi_modal_inputs") else data[name].unbind(0))
+              for name in fields if name in have}
+    rows = []
+    for i, key in enumerate(batch.keys):
+        seq, resp = column["input_ids"][i], column["responses"][i]
         p, r = len(seq) - len(resp), len(resp)
-        rows.append({"platform": platform, "input_ids": seq, "teacher": full[p - 1 : p - 1 + r, 0].clone()})
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"teacher_{time.time_ns()}.pt")
-    torch.save(rows, path)
-    return path
 
+        def response(name, i=i, r=r):
+            return column[name][i][:r].clone() if name in column else None
+
+        teacher = column["teacher_logprobs"][i][p - 1 : p - 1 + r, 0].clone() if "teacher_logprobs" in column else None
+        rows.append({
+            "key": key,
+            "padding": bool(batch.tags and batch.tags[i].get("is_padding", False)),
+            "platform": str(column[routing_key][i]) if routing_key in column else None,
+            "uid": str(column["uid"][i]) if "uid" in column else None,
+            "input_ids": seq.clone(),
+            "response_mask": response("response_mask"),
+            "student": response("old_log_probs"),
+            "teacher": teacher,
+            "gate": float(column["mopd_kl_mask"][i]) if "mopd_kl_mask" in column else None,
+            "kl_start": int(column["mopd_kl_start"][i]) if "mopd_kl_start" in column else None,
+            "rollout_is_weights": response("rollout_is_weights"),
+            "advantages": response("advantages"),
+            "score": float(column["rm_scores"][i].sum()) if "rm_scores" in column else None,
+            "multi_modal_inputs": column["multi_modal_inputs"][i] if "multi_modal_inputs" in column else None,
+        })
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"step_{step}.pt" if step is not None else f"step_{time.time_ns()}.pt")
+    torch.save({"step": step, "rows": rows}, path)
+    return path

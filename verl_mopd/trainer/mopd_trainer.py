@@ -34,7 +34,9 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_mopd.plugin import MOPD_LOSS_MODE, require_registered
 from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay importable from here)
+    STEP_DUMP_ENV,
     distillation_loss_fn,
+    dump_step,
     gate_config_from,
     set_verl_trainer_mode,
     setup_teachers_and_loss,
@@ -193,7 +195,77 @@ class MOPDTrainerMixin:
     # -- per step ---------------------------------------------------------------------------
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
         metrics.update(write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.teacher_group))
-        return super()._compute_advantage(batch, metrics)
+        batch = super()._compute_advantage(batch, metrics)
+        if os.environ.get(STEP_DUMP_ENV):  # diagnostics of `verl-mopd smoke`: the step as the actor reads it
+            from verl.trainer.ppo.v1 import trainer_base
+
+            dump_step(batch, trainer_base.tq, os.environ[STEP_DUMP_ENV], routing_key=self.mopd_gate.platform_key,
+                      step=self.global_steps)
+        return batch
+
+    # -- diagnostics of `verl-mopd smoke`: the batching state at the start and end of every step ----
+    def on_step_begin(self):
+        super().on_step_begin()
+        self._dump_batching_state("begin")
+
+    def on_step_end(self):
+        super().on_step_end()
+        self._dump_batching_state("end")  # after verl's _save_checkpoint on a save step
+
+    def _dump_batching_state(self, when: str) -> None:
+        folder = os.environ.get(STEP_DUMP_ENV)
+        if not folder:
+            return
+        import json
+
+        state = self.replay_buffer.state_dict() if hasattr(self.replay_buffer, "state_dict") else None
+        record = {"step": self.global_steps, "when": when, "sampler": state,
+                  "held_prompts": [held_prompt_digest(row) for row in self._held_prompts]}
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "batching_state.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def held_prompt_digest(row) -> str:
+    """sha256 of a held prompt row (a one-row TensorDict): field names, tensor bytes, images' pixels and
+    every other value's content (never an object's address), so a row reloaded from a checkpoint
+    hashes as it did when it was saved."""
+    import hashlib
+
+    digest = hashlib.sha256()
+
+    def feed(value) -> None:
+        import numpy as np
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            feed(("tensor", str(value.dtype), tuple(value.shape)))
+            digest.update((value.to_padded_tensor(0) if value.is_nested else value).contiguous().numpy().tobytes())
+        elif hasattr(value, "tobytes") and hasattr(value, "mode") and hasattr(value, "size"):  # a PIL image
+            feed(("image", value.mode, tuple(value.size)))
+            digest.update(value.tobytes())
+        elif isinstance(value, np.ndarray):
+            feed(value.tolist())
+        elif isinstance(value, dict):
+            digest.update(b"{")
+            for key in sorted(value, key=str):
+                feed(str(key))
+                feed(value[key])
+            digest.update(b"}")
+        elif isinstance(value, list | tuple) or hasattr(value, "tolist"):
+            items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, list | tuple) else value
+            digest.update(b"[")
+            for item in items:
+                feed(item)
+            digest.update(b"]")
+        else:
+            digest.update(f"{type(value).__name__}:{value!r};".encode())
+
+    for name in sorted(row.keys()):
+        feed(name)
+        feed(row[name])
+    return digest.hexdigest()
 
 
 def _row_domain(row, key: str) -> str:

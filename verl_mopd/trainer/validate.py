@@ -670,6 +670,42 @@ def partial_recipe_problem(path: str) -> str | None:
     return f"{path} is a recipe partial (its keys are composed into recipes), not a recipe: {instead}"
 
 
+def config_group_problem(path: str) -> str | None:
+    """Why ``path`` is an option of a config group and how to compose it on a recipe, or None.
+
+    A group option (a ``# @package`` YAML in a folder beside the recipes, like
+    ``recipes/ui_mopd/layout/stage2_cpu.yaml`` or ``recipes/ui_mopd/smoke/stage2_cpu.yaml``) changes
+    some keys of a recipe; alone it is no run. A group the recipes' defaults list choose is selected
+    with ``group=name``; any other with ``+group=name``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = [line for line in f.read(4096).splitlines() if line.startswith("#")]
+    except OSError:
+        return None
+    if not any(line.replace(" ", "").startswith("#@package") for line in head):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    group, name = os.path.basename(folder), os.path.splitext(os.path.basename(path))[0]
+    parent = os.path.dirname(folder)
+    recipes, choosing = [], []
+    for other in sorted(os.listdir(parent)):
+        if other.startswith("_") or not other.endswith((".yaml", ".yml")):
+            continue
+        try:
+            defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(parent, other))).get("defaults") or []
+        except Exception:  # noqa: BLE001 - not a readable recipe
+            continue
+        recipes.append(os.path.join(parent, other))
+        if any(isinstance(d, dict) and group in d for d in defaults):
+            choosing.append(os.path.join(parent, other))
+    candidates = choosing or recipes or [os.path.join(parent, "<recipe>.yaml")]
+    stem = name.split("_")[0]  # stage2_cpu is composed on a stage2_* recipe
+    target = next((r for r in candidates if os.path.basename(r).startswith(stem)), candidates[0])
+    select = f"{group}={name}" if choosing else f"+{group}={name}"
+    return (f"{path} is the option {name!r} of the config group {group!r}, not a recipe: compose it on one, "
+            f"e.g. verl-mopd validate-recipe {target} {select}")
+
+
 def _nearest_key(config: DictConfig, dotted: str) -> str | None:
     """The existing key nearest to a mistyped ``dotted`` key: the first missing part replaced by its
     closest sibling (``mopd.tau_k`` -> ``mopd.tau_kl``); a path under the wrong section is looked up
@@ -734,7 +770,7 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
 
     if not os.path.isfile(path):
         raise FileNotFoundError(2, "no such recipe file", path)
-    partial = partial_recipe_problem(path)
+    partial = partial_recipe_problem(path) or config_group_problem(path)
     if partial:
         raise UsageError(partial)
     refused = searchpath_problems(path, overrides)

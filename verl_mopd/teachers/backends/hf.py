@@ -29,7 +29,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.utils.torch_functional import logprobs_from_logits
 
-from verl_mopd.teachers.layout import TEACHER_MESH, jagged_rows, teacher_output
+from verl_mopd.teachers.layout import TEACHER_MESH, position_rows, teacher_output
 from verl_mopd.teachers.router import get_field
 
 __all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "pack_like_old_log_probs",
@@ -64,7 +64,7 @@ def rows_from_batch(batch) -> tuple[list[ScoringRow], int | None]:
     rows = []
     if input_ids.is_nested:
         seqs, resps = input_ids.unbind(0), responses.unbind(0)
-        pos = jagged_rows(position_ids) if position_ids is not None else None
+        pos = position_rows(position_ids, [len(s) for s in seqs]) if position_ids is not None else None
         for i, (seq, resp) in enumerate(zip(seqs, resps, strict=True)):
             rows.append(ScoringRow(seq, int(resp.shape[-1]), None if pos is None else pos[i],
                                    None if mm_list is None else mm_list[i]))
@@ -242,7 +242,8 @@ class HFTeacherWorker(Worker):
         started = time.perf_counter()
         if len(data) == 0:  # a rank with no rows (fewer rows than ranks)
             return None
-        tu.maybe_fix_3d_position_ids(data)
+        # not verl's tu.maybe_fix_3d_position_ids: it breaks a shard whose samples all have one length
+        # (teachers.layout.position_rows reads both layouts)
         temperature = float(tu.get_non_tensor_data(data, key="temperature", default=1.0))
         rows, width = rows_from_batch(data)
         if width is not None:

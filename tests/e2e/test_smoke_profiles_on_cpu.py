@@ -1,0 +1,128 @@
+"""The smoke profiles change only sizes, devices, engines and paths of the recipes they are composed on.
+
+``verl-mopd smoke`` runs the shipped recipes with ``+smoke=<profile>``; whatever the smoke proves is
+proved for the recipe only if the profile leaves the method alone. Every key the profile changes
+must be one of the patterns below, and the method keys must not change at all.
+"""
+
+import fnmatch
+import pathlib
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from verl.utils.config import omega_conf_to_dataclass
+
+from verl_mopd.testing.smoke import PROFILES
+from verl_mopd.trainer.validate import validate
+
+RECIPES = pathlib.Path(__file__).parents[2] / "recipes" / "ui_mopd"
+
+SIZES = [
+    "data.train_batch_size", "data.val_batch_size", "data.max_prompt_length", "data.max_response_length",
+    "data.micro_batch_size_per_gpu", "data.max_length", "data.max_token_len_per_gpu",
+    "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "actor_rollout_ref.actor.rollout_n",
+    "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.agent.num_workers", "trainer.v1.sampler.sampler_kwargs.train_batch_size",
+    "trainer.total_training_steps", "trainer.save_freq", "trainer.test_freq",
+    # verl interpolates these from the sizes above
+    "actor_rollout_ref.rollout.prompt_length", "actor_rollout_ref.rollout.response_length",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "distillation.teacher_models.*.inference.prompt_length",
+    "distillation.teacher_models.*.inference.response_length",
+]
+DEVICES = [
+    "trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node", "mopd.teachers.*.device",
+    "mopd.teachers.*.n_gpus_per_node", "mopd.teachers.*.nnodes", "mopd.teachers.*.placement",
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units", "actor_rollout_ref.rollout.n_gpus_per_node",
+]
+ENGINES = [
+    "model_engine", "actor_rollout_ref.actor.*", "actor_rollout_ref.ref.*", "critic.*",
+    "actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.model.override_config.*", "actor_rollout_ref.rollout.name",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.max_num_seqs",
+    "actor_rollout_ref.rollout.multi_stage_wake_up", "actor_rollout_ref.rollout.qat.*",
+    "distillation.teacher_models.*.inference.name", "mopd.teachers.*.backend", "mopd.teachers.*.dtype",
+    "mopd.teachers.*.tensor_model_parallel_size", "reward.reward_model.*", "engine.*", "optim.*",
+    "model.use_remove_padding", "model.override_config.*",
+]
+OUTPUTS = ["trainer.logger"]  # where the metrics go (verl's file logger for the smoke's checks)
+#: the method: the profile must leave every one of these exactly as the recipe has it
+METHOD = [
+    "algorithm.*", "reward.custom_reward_function.*", "distillation.distillation_loss.*", "distillation.enabled",
+    "distillation.teacher_key", "mopd.beta", "mopd.enable",
+    "mopd.tau_kl", "mopd.gate_metric", "mopd.group_key", "mopd.normalization", "mopd.routing_key",
+    "mopd.kl_skip_thought", "trainer.v1.trainer_mode", "trainer.v1.sampler.custom_sampler.*",
+    "trainer.v1.sampler.sampler_kwargs.quota.*", "trainer.v1.sampler.sampler_kwargs.uniform_groups",
+    "trainer.v1.sampler.sampler_kwargs.filter_metric", "trainer.v1.sampler.sampler_kwargs.kl_only_max_score",
+    "actor_rollout_ref.actor.clip_ratio*", "actor_rollout_ref.actor.loss_agg_mode",
+    "actor_rollout_ref.actor.entropy_coeff", "actor_rollout_ref.actor.use_kl_loss", "actor_rollout_ref.actor.ppo_epochs",
+    "actor_rollout_ref.actor.policy_loss.*", "actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.optim.weight_decay",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps", "actor_rollout_ref.actor.checkpoint.save_contents",
+    "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.top_k",
+    "actor_rollout_ref.rollout.calculate_log_probs", "actor_rollout_ref.rollout.mode",
+    "data.truncation", "data.filter_overlong_prompts", "data.image_key", "data.messages_key", "data.pad_mode",
+    "optim.lr", "optim.weight_decay", "optim.lr_warmup_steps_ratio", "model.path", "data.train_files",
+    "mopd.teachers.*.model_path", "trainer.total_epochs",
+]
+
+
+def _flat(node, prefix=""):
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: node}
+
+
+def _compose(recipe: str, overrides=()):
+    with initialize_config_dir(config_dir=str(RECIPES), version_base=None):
+        return compose(config_name=recipe, overrides=list(overrides))
+
+
+def _changes(recipe: str, profile: str) -> tuple[dict, dict]:
+    base = _flat(OmegaConf.to_container(_compose(recipe), resolve=True))
+    smoke = _flat(OmegaConf.to_container(_compose(recipe, [f"+smoke={profile}"]), resolve=True))
+    changed = {k for k in set(base) | set(smoke) if base.get(k, "<absent>") != smoke.get(k, "<absent>")}
+    return base, smoke, changed
+
+
+def _matches(key: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+
+CASES = [(recipe, PROFILES[device].stage1 if "stage1" in recipe else PROFILES[device].stage2)
+         for device in PROFILES
+         for recipe in ("stage1_teacher_sft_desktop", "stage1_teacher_sft_mobile", "stage2_mopd_qwen3vl8b")]
+
+
+@pytest.mark.parametrize("recipe, profile", CASES, ids=[f"{r}+{p}" for r, p in CASES])
+def test_a_profile_changes_only_sizes_devices_engines_and_outputs(recipe, profile):
+    base, smoke, changed = _changes(recipe, profile)
+    unexpected = sorted(k for k in changed if not _matches(k, SIZES + DEVICES + ENGINES + OUTPUTS))
+    assert not unexpected, {k: (base.get(k), smoke.get(k)) for k in unexpected}
+    method = sorted(k for k in changed if _matches(k, METHOD))
+    assert not method, {k: (base.get(k), smoke.get(k)) for k in method}
+    assert changed, "the profile changed nothing"
+
+
+@pytest.mark.parametrize("device", sorted(PROFILES))
+def test_the_stage2_profile_validates_and_runs_the_teachers_the_smoke_checks(device):
+    profile = PROFILES[device]
+    cfg = _compose("stage2_mopd_qwen3vl8b", [f"+smoke={profile.stage2}"])
+    problems, _ = validate(cfg)
+    assert problems == []
+    assert {p: t.backend for p, t in cfg.mopd.teachers.items()} == profile.teacher_backends
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # the swapped engine's own config class accepts it
+    assert cfg.trainer.save_freq == 2 and cfg.trainer.total_training_steps == 3
+
+
+def test_the_gpu_profile_differs_from_the_cpu_profile_only_in_gpu_only_parts():
+    cpu = _flat(OmegaConf.to_container(_compose("stage2_mopd_qwen3vl8b", ["+smoke=stage2_cpu"]), resolve=True))
+    gpu = _flat(OmegaConf.to_container(_compose("stage2_mopd_qwen3vl8b", ["+smoke=stage2_gpu"]), resolve=True))
+    changed = sorted(k for k in set(cpu) | set(gpu) if cpu.get(k, "<absent>") != gpu.get(k, "<absent>"))
+    assert all(_matches(k, DEVICES + ENGINES) for k in changed), [k for k in changed if not _matches(k, DEVICES + ENGINES)]
+    assert cpu["actor_rollout_ref.rollout.name"] == "hf" and gpu["actor_rollout_ref.rollout.name"] == "sglang"
+    assert cpu["actor_rollout_ref.actor.strategy"] == "fsdp2" and gpu["actor_rollout_ref.actor.strategy"] == "megatron"

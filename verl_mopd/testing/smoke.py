@@ -1,0 +1,592 @@
+"""``verl-mopd smoke``: does this install really train? Both UI-MOPD stages through verl's own trainers.
+
+    verl-mopd smoke                      # on CPU (the harness of verl_mopd.testing.cpu), ~10 minutes
+    verl-mopd smoke --device cuda        # on one GPU: Megatron-Core student and teacher, SGLang
+    verl-mopd smoke --out DIR --timeout 1200
+
+On tiny Qwen3-VL checkpoints built locally (:mod:`verl_mopd.testing.tiny`) and the bundled fixture
+trajectories (screenshots included), in order, each phase timed:
+
+1. ``data``: ``python -m verl_mopd.data.fixtures`` and ``verl-mopd prepare`` make the RL and SFT parquet.
+2. ``models``: one tokenizer and processor for every model; a random teacher base; the student, a
+   random model warmed up on the SFT data (a short torch loop standing in for a pretrained student:
+   a random model never writes a parseable tool call, so every reward would be -1 and GRPO's
+   advantages zero).
+3. ``stage1/<platform>``: ``python -m verl.trainer.sft_trainer_ray`` on
+   ``recipes/ui_mopd/stage1_teacher_sft_<platform>.yaml +smoke=stage1_<device>``: 2 steps from the
+   teacher base and a checkpoint, which verl's model merger turns into the teacher's HF folder.
+4. ``stage2``: ``python -m verl_mopd.trainer.main`` on ``recipes/ui_mopd/stage2_mopd_qwen3vl8b.yaml
+   +smoke=stage2_<device>`` (the recipe's own reward, quota sampler and reward gate): steps 1-2 with a
+   checkpoint at step 2; the process ends; ``stage2_resume`` starts it again and runs step 3 from
+   that checkpoint.
+5. ``checks``: :func:`run_checks` on what the runs left (verl's metrics log, the trainers' step dumps
+   ``VERL_MOPD_STEP_DUMP``, the rollout's weight-sync log ``VERL_MOPD_ROLLOUT_SYNC_LOG``).
+
+``--out DIR`` (default: a new temporary folder) keeps everything: ``metrics.jsonl`` (verl's file
+logger lines of stage 2, both processes), ``checks.json`` (the table), ``phases.json`` (seconds per
+phase), ``logs/`` (each process's output), the models, checkpoints and dumps. Exit code 0 when every
+check passes, 1 when one fails or a phase fails (its log's tail is printed), 2 for a usage mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_mopd.errors import UsageError
+
+PLATFORMS = ("desktop", "mobile")
+STAGE1_STEPS, STAGE2_STEPS, RESUME_STEP = 2, 3, 2
+REPO_RECIPES = "recipes/ui_mopd"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What differs between the CPU and the GPU smoke: the recipes' smoke profiles and the tolerances."""
+
+    stage1: str                         # recipes/ui_mopd/smoke/<stage1>.yaml
+    stage2: str                         # recipes/ui_mopd/smoke/<stage2>.yaml
+    merge_backend: str                  # verl's model merger backend of the stage-1 checkpoints
+    teacher_backends: dict[str, str]    # what the stage-2 profile sets (a test checks it)
+    teacher_tolerance: dict[str, float]  # per teacher backend: max |stored - direct forward| (nats)
+    environment: Callable[[], dict[str, str]]
+
+
+def _cpu_environment() -> dict[str, str]:
+    from verl_mopd.testing.cpu import environment
+
+    return environment()
+
+
+PROFILES = {
+    "cpu": Profile("stage1_cpu", "stage2_cpu", "fsdp", {"desktop": "hf", "mobile": "hf"}, {"hf": 1e-5},
+                   _cpu_environment),
+    # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32
+    "cuda": Profile("stage1_gpu", "stage2_gpu", "megatron", {"desktop": "hf", "mobile": "megatron"},
+                    {"hf": 1e-4, "megatron": 0.1}, dict),
+}
+
+
+@dataclass
+class SmokeConfig:
+    device: str = "cpu"
+    out: str | None = None
+    timeout: float = 900.0       # seconds, per trainer process
+    warmup_steps: int = 250     # batches of 8: ~35 passes over the 53 SFT samples
+    warmup_lr: float = 4e-3
+    fixture_trajectories: int = 8  # per platform
+    seed: int = 0
+    recipes: str | None = None   # default: the package's repository recipes folder
+
+    def __post_init__(self):
+        if self.device not in PROFILES:
+            raise UsageError(f"--device {self.device!r}: allowed values are {sorted(PROFILES)}")
+        if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout) and self.timeout > 0):
+            raise UsageError(f"--timeout {self.timeout!r}: must be a positive number of seconds")
+        if self.warmup_steps < 0:
+            raise UsageError(f"--warmup-steps {self.warmup_steps}: must be >= 0")
+
+
+@dataclass
+class Paths:
+    root: Path
+    recipes: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def prepared(self) -> Path:
+        return self.data / "prepared"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def stage2(self) -> Path:
+        return self.root / "stage2"
+
+    def stage1(self, platform: str) -> Path:
+        return self.root / "stage1" / platform
+
+    def teacher(self, platform: str) -> Path:
+        return self.root / "teachers" / platform
+
+
+def default_recipes() -> Path:
+    """``recipes/ui_mopd`` of the checkout verl-mopd is installed from (editable install)."""
+    import verl_mopd
+
+    return Path(verl_mopd.__file__).resolve().parents[1] / REPO_RECIPES
+
+
+# ------------------------------------------------------------------------------------ phases
+@dataclass
+class PhaseLog:
+    path: Path
+    records: list[dict] = field(default_factory=list)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        print(f"[smoke] {name} ...", flush=True)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            seconds = time.monotonic() - started
+            self.records.append({"phase": name, "seconds": round(seconds, 1), "ok": ok})
+            self.path.write_text(json.dumps(self.records, indent=1))
+            print(f"[smoke] {name}: {'done' if ok else 'FAILED'} in {seconds:.1f} s", flush=True)
+
+
+class PhaseFailed(RuntimeError):
+    """A phase's process failed; the message holds the tail of its log."""
+
+
+def run_process(argv: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path) -> None:
+    """Run ``argv`` in its own process group, output to ``log``; kill the whole group on time-out."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                   start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = None
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
+    if code != 0:
+        tail = log.read_text(errors="replace").splitlines()[-40:]
+        why = f"timed out after {timeout:.0f} s (--timeout)" if code is None else f"exited with {code}"
+        raise PhaseFailed(f"{' '.join(argv[:3])} ... {why}; last lines of {log}:\n" + "\n".join(tail))
+
+
+# ------------------------------------------------------------------------------------ the run
+def build_inputs(cfg: SmokeConfig, paths: Paths) -> dict[str, Path]:
+    """Fixture, prepared parquet, tokenizer/processor, teacher base and warmed-up student."""
+    from verl_mopd import cli
+    from verl_mopd.data.fixtures import make_fixture
+    from verl_mopd.testing import tiny
+
+    jsonl = make_fixture(str(paths.data / "uni_gui"), per_platform=cfg.fixture_trajectories, seed=cfg.seed)
+    code = cli.main(["prepare", "--input", jsonl, "--out", str(paths.prepared)])
+    if code != 0:
+        raise PhaseFailed(f"verl-mopd prepare exited with {code}")
+    rl = paths.prepared / "rl"
+    sft = {p: paths.prepared / "sft" / p for p in PLATFORMS}
+    parquet = [rl / "train.parquet", rl / "val.parquet"] + [sft[p] / s for p in PLATFORMS
+                                                          for s in ("train.parquet", "val.parquet")]
+    texts = tiny.corpus(parquet)
+    tokenizer = tiny.build_tokenizer(texts)
+    processor = tiny.build_processor(tokenizer)
+    base = tiny.save_model(paths.models / "teacher_base", tokenizer, processor, "teacher", seed=cfg.seed + 1)
+    tiny.check_tokenizer(base, texts)
+    student = tiny.save_model(paths.models / "student", tokenizer, processor, "student", seed=cfg.seed)
+    losses = tiny.warm_up(student, tiny.sft_examples([sft[p] / "train.parquet" for p in PLATFORMS]),
+                          steps=cfg.warmup_steps, lr=cfg.warmup_lr, seed=cfg.seed)
+    if losses:
+        print(f"[smoke] student warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {sum(losses[-20:]) / len(losses[-20:]):.2f}")
+    return {"rl": rl, "base": base, "student": student, **{f"sft_{p}": sft[p] for p in PLATFORMS}}
+
+
+def merge_checkpoint(backend: str, step_folder: Path, target: Path) -> None:
+    """verl's model merger (``python -m verl.model_merger merge``), in this process."""
+    from verl.model_merger.base_model_merger import generate_config_from_args, parse_args
+
+    argv = ["merge", "--backend", backend, "--local_dir", str(step_folder), "--target_dir", str(target)]
+    saved, sys.argv = sys.argv, ["verl.model_merger", *argv]
+    try:
+        config = generate_config_from_args(parse_args())
+    finally:
+        sys.argv = saved
+    if backend == "fsdp":
+        from verl.model_merger.fsdp_model_merger import FSDPModelMerger as Merger
+    else:
+        from verl.model_merger.megatron_model_merger import MegatronModelMerger as Merger
+    Merger(config).merge_and_save()
+
+
+def preflight(device: str) -> None:
+    """What the profile needs that a bad install lacks, as one clear error before anything runs."""
+    import importlib
+
+    missing = []
+    for module, why in (("torchvision", "Qwen3-VL's video processor and qwen_vl_utils, which verl's datasets read "
+                                        "images with"), ("qwen_vl_utils", "verl's datasets read images with it")):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - ImportError, or torchvision's ops failing to load
+            missing.append(f"{module} ({why}): {type(exc).__name__}: {exc}")
+    if missing:
+        raise UsageError("the smoke's Qwen3-VL models need " + "; ".join(missing) +
+                         ". Install the test extra (pip install -e '.[test]': torch and torchvision as a matching pair)")
+    if device == "cuda":
+        import torch
+
+        from verl_mopd.teachers.backends.megatron import check_megatron_stack
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: torch sees no CUDA device here")
+        if not check_megatron_stack():
+            raise UsageError("--device cuda: verl's Megatron engine cannot be built here (see above); install the GPU "
+                             "stack of the README")
+
+
+def run_smoke(cfg: SmokeConfig) -> int:
+    """The whole smoke; returns the exit code (0: every check passed)."""
+    profile = PROFILES[cfg.device]
+    preflight(cfg.device)
+    root = Path(cfg.out or tempfile.mkdtemp(prefix="verl_mopd_smoke_")).resolve()
+    recipes = Path(cfg.recipes).resolve() if cfg.recipes else default_recipes()
+    if not (recipes / "stage2_mopd_qwen3vl8b.yaml").is_file():
+        raise UsageError(f"--recipes {recipes}: no stage2_mopd_qwen3vl8b.yaml there (give the recipes/ui_mopd folder)")
+    if root.exists() and any(root.iterdir()):
+        raise UsageError(f"--out {root}: not empty; give a new or empty folder")
+    paths = Paths(root, recipes)
+    for folder in (paths.logs, paths.stage2):
+        folder.mkdir(parents=True, exist_ok=True)
+    log = PhaseLog(root / "phases.json")
+    print(f"[smoke] {cfg.device} profile, output in {root}")
+    env = profile.environment()
+    try:
+        with log.phase("data + models"):
+            inputs = build_inputs(cfg, paths)
+        for platform in PLATFORMS:
+            with log.phase(f"stage1/{platform}"):
+                run_stage1(paths, profile, env, inputs, platform, cfg.timeout)
+        for name, steps in (("stage2", RESUME_STEP), ("stage2_resume", STAGE2_STEPS)):
+            with log.phase(name):
+                run_stage2(paths, profile, env, inputs, name, steps, cfg.timeout)
+        with (root / "metrics.jsonl").open("w", encoding="utf-8") as merged:
+            for name in ("stage2", "stage2_resume"):
+                merged.write((paths.stage2 / f"{name}_metrics.jsonl").read_text(encoding="utf-8"))
+        with log.phase("checks"):
+            checks = run_checks(paths, profile)
+    except PhaseFailed as exc:
+        print(f"[smoke] FAILED: {exc}", file=sys.stderr)
+        return 1
+    (root / "checks.json").write_text(json.dumps([c.as_dict() for c in checks], indent=1))
+    print(format_table(checks))
+    failed = [c for c in checks if not c.passed]
+    total = sum(r["seconds"] for r in log.records)
+    phases = ", ".join(f"{r['phase']} {r['seconds']:.0f} s" for r in log.records)
+    print(f"[smoke] {len(checks) - len(failed)}/{len(checks)} checks passed in {total:.0f} s ({phases}); output in {root}")
+    return 1 if failed else 0
+
+
+def run_stage1(paths: Paths, profile: Profile, env: dict, inputs: dict, platform: str, timeout: float) -> None:
+    """verl's SFT trainer on the platform's stage-1 recipe + smoke profile, then its checkpoint merged to HF."""
+    folder = paths.stage1(platform)
+    folder.mkdir(parents=True, exist_ok=True)
+    sft = inputs[f"sft_{platform}"]
+    stage1_env = {**env, "TEACHER_BASE": str(inputs["base"]), "CKPT_DIR": str(folder / "ckpt"),
+                  "SFT_TRAIN_FILES": str(sft / "train.parquet"), "SFT_VAL_FILES": str(sft / "val.parquet"),
+                  "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl")}
+    run_process([sys.executable, "-m", "verl.trainer.sft_trainer_ray", f"--config-path={paths.recipes}",
+                 f"--config-name=stage1_teacher_sft_{platform}", f"+smoke={profile.stage1}"],
+                stage1_env, paths.logs / f"stage1_{platform}.log", timeout, cwd=folder)
+    merge_checkpoint(profile.merge_backend, stage1_step_folder(folder, STAGE1_STEPS), paths.teacher(platform))
+
+
+def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: str, steps: int,
+               timeout: float) -> None:
+    """``python -m verl_mopd.trainer.main`` on the stage-2 recipe + smoke profile up to ``steps``
+    (resuming from the latest checkpoint in the run's folder, as verl's ``resume_mode: auto`` does)."""
+    stage2_env = {**env, "TRAIN_FILES": str(inputs["rl"] / "train.parquet"),
+                  "VAL_FILES": str(inputs["rl"] / "val.parquet"), "STUDENT_PATH": str(inputs["student"]),
+                  **{f"{p.upper()}_TEACHER": str(paths.teacher(p)) for p in PLATFORMS},
+                  "CKPT_DIR": str(paths.stage2 / "ckpt"),
+                  "VERL_MOPD_STEP_DUMP": str(paths.stage2 / "dumps"),
+                  "VERL_MOPD_ROLLOUT_SYNC_LOG": str(paths.stage2 / "rollout_sync.jsonl"),
+                  "VERL_FILE_LOGGER_PATH": str(paths.stage2 / f"{name}_metrics.jsonl")}
+    run_process([sys.executable, "-m", "verl_mopd.trainer.main", f"--config-path={paths.recipes}",
+                 "--config-name=stage2_mopd_qwen3vl8b", f"+smoke={profile.stage2}",
+                 f"trainer.total_training_steps={steps}"],
+                stage2_env, paths.logs / f"{name}.log", timeout, cwd=paths.stage2)
+
+
+def stage1_step_folder(folder: Path, step: int) -> Path:
+    """The ``global_step_<step>`` folder verl's SFT trainer wrote under ``folder/ckpt`` (and marked latest)."""
+    hits = sorted((folder / "ckpt").glob(f"*/*/global_step_{step}"))
+    if len(hits) != 1:
+        raise PhaseFailed(f"expected one stage-1 checkpoint global_step_{step} under {folder / 'ckpt'}, found {hits}")
+    latest = hits[0].parent / "latest_checkpointed_iteration.txt"
+    if not latest.is_file() or latest.read_text().strip() != str(step):
+        raise PhaseFailed(f"{latest}: verl did not mark step {step} as the latest checkpoint")
+    return hits[0]
+
+
+# ------------------------------------------------------------------------------------ checks
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+    def as_dict(self) -> dict:
+        return {"check": self.name, "result": "PASS" if self.passed else "FAIL", "detail": self.detail}
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"{'check':<{width}}  result  detail", "-" * (width + 40)]
+    lines += [f"{c.name:<{width}}  {'PASS' if c.passed else 'FAIL':<6}  {c.detail}" for c in checks]
+    return "\n".join(lines)
+
+
+def read_metrics(path: Path) -> dict[int, dict]:
+    """verl's file-logger JSON lines as ``{step: metrics}``."""
+    steps: dict[int, dict] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            steps.setdefault(int(record["step"]), {}).update(record["data"])
+    return steps
+
+
+def k3_reference(d, linear_above: float, clamp_below: float):
+    """The documented K3 in float64: ``exp(d) - d - 1``, linear above ``linear_above`` (tangent),
+    constant below ``clamp_below`` (``verl_mopd.losses.k3_kl``'s definition, written independently)."""
+    import torch
+
+    d = d.double().clamp_min(clamp_below)
+    exact = torch.exp(d) - d - 1.0
+    tangent = math.exp(linear_above) - linear_above - 1.0 + math.expm1(linear_above) * (d - linear_above)
+    return torch.where(d > linear_above, tangent, exact)
+
+
+def run_checks(paths: Paths, profile: Profile) -> list[Check]:
+    """Every assertion of the smoke, as a list of checks (none raises: a failure is a FAIL row)."""
+    import torch
+
+    checks: list[Check] = []
+
+    def check(name: str, fn: Callable[[], tuple[bool, str]]) -> None:
+        try:
+            passed, detail = fn()
+        except Exception as exc:  # noqa: BLE001 - a check that cannot run is a failed check
+            passed, detail = False, f"{type(exc).__name__}: {exc}"
+        checks.append(Check(name, bool(passed), detail))
+
+    for platform in PLATFORMS:
+        check(f"stage 1 {platform}: {STAGE1_STEPS} SFT steps, checkpoint, weights moved",
+              lambda p=platform: _check_stage1(paths, p))
+
+    first = read_metrics(paths.stage2 / "stage2_metrics.jsonl")
+    resumed = read_metrics(paths.stage2 / "stage2_resume_metrics.jsonl")
+    metrics = {**first, **resumed}
+    dumps = {int(p.stem.split("_")[1]): torch.load(p, weights_only=False)["rows"]
+             for p in sorted((paths.stage2 / "dumps").glob("step_*.pt"))}
+    check("stage 2: steps 1-2, then 3 after the restart", lambda: (
+        sorted(first) == [1, 2] and sorted(resumed) == [3] and sorted(dumps) == [1, 2, 3],
+        f"first process logged steps {sorted(first)}, the resumed one {sorted(resumed)}; dumps of {sorted(dumps)}"))
+    check("teacher log-probs = direct forward", lambda: _check_teachers(paths, profile, dumps))
+    for step in sorted(metrics):
+        m, rows = metrics[step], [r for r in dumps.get(step, []) if not r["padding"]]
+        check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs", lambda m=m, rows=rows: _check_k3(m, rows))
+        check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
+        check(f"step {step}: grad norm > 0", lambda m=m: (m["actor/grad_norm"] > 0,
+                                                          f"actor/grad_norm {m['actor/grad_norm']:.3g}"))
+        check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
+        check(f"step {step}: both platforms' metrics", lambda m=m: _check_platform_metrics(m))
+    check("rollout weights = actor weights after every sync", lambda: _check_syncs(paths, metrics))
+    check(f"resume: step {RESUME_STEP + 1} starts from the saved sampler state and held prompts",
+          lambda: _check_resume(paths))
+    return checks
+
+
+def _check_stage1(paths: Paths, platform: str) -> tuple[bool, str]:
+    from safetensors.torch import load_file
+
+    steps = read_metrics(paths.stage1(platform) / "metrics.jsonl")
+    losses = [steps[s]["train/loss"] for s in sorted(steps) if "train/loss" in steps[s]]
+    base = load_file(str(paths.models / "teacher_base" / "model.safetensors"))
+    teacher = load_file(str(paths.teacher(platform) / "model.safetensors"))
+    moved = max((teacher[k].double() - base[k].double()).abs().max().item() for k in base if k in teacher)
+    same_names = set(base) == set(teacher)
+    ok = len(losses) == STAGE1_STEPS and all(math.isfinite(x) for x in losses) and moved > 0 and same_names
+    return ok, (f"losses {[round(x, 3) for x in losses]}, merged checkpoint has the base's {len(base)} tensors: "
+                f"{same_names}, max |w - w_base| {moved:.2e}")
+
+
+def _check_teachers(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    device = "cuda" if torch.cuda.is_available() and profile is PROFILES["cuda"] else "cpu"
+    backends = profile.teacher_backends
+    worst: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for platform in PLATFORMS:
+        path = paths.teacher(platform)
+        model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        image_token = AutoConfig.from_pretrained(path).image_token_id
+        for rows in dumps.values():
+            for row in rows:
+                if row["padding"] or row["platform"] != platform or not row["gate"]:
+                    continue
+                want = direct_response_logprobs(model, row["input_ids"], len(row["teacher"]),
+                                                row["multi_modal_inputs"], image_token, device)
+                err = (row["teacher"].double() - want).abs().max().item()
+                worst[platform] = max(worst.get(platform, 0.0), err)
+                counts[platform] = counts.get(platform, 0) + 1
+    tolerance = {p: profile.teacher_tolerance[backends[p]] for p in PLATFORMS}
+    ok = all(counts.get(p, 0) > 0 and worst[p] <= tolerance[p] for p in PLATFORMS)
+    return ok, "; ".join(f"{p} ({backends[p]}): {counts.get(p, 0)} samples, max err {worst.get(p, float('nan')):.2e} "
+                         f"<= {tolerance[p]:g}" for p in PLATFORMS)
+
+
+def direct_response_logprobs(model, input_ids, n_response: int, multi_modal_inputs, image_token_id: int,
+                             device: str = "cpu"):
+    """Independent reference: the sample alone, transformers computing its own mrope, float64 log-softmax."""
+    import torch
+
+    ids = input_ids.to(device)[None]
+    kwargs = {}
+    if multi_modal_inputs:
+        kwargs = {k: v.to(device) for k, v in dict(multi_modal_inputs).items() if k in ("pixel_values", "image_grid_thw")}
+        kwargs["mm_token_type_ids"] = (ids == image_token_id).int()
+    with torch.no_grad():
+        logits = model(input_ids=ids, **kwargs).logits[0].double().cpu()
+    log_probs = torch.log_softmax(logits[:-1], -1).gather(-1, input_ids[1:, None].cpu())[:, 0]
+    return log_probs[len(input_ids) - 1 - n_response :]
+
+
+def _k3_rows(rows: list[dict]):
+    """(sum of K3 over the gated-on tokens, their count, the gated-on samples) in float64."""
+    import torch
+
+    from verl_mopd.losses import K3_CLAMP_BELOW, K3_LINEAR_ABOVE
+
+    total, tokens, on = 0.0, 0, 0
+    for row in rows:
+        if not row["gate"]:
+            continue
+        on += 1
+        mask = row["response_mask"].bool()
+        if row["kl_start"] is not None:
+            mask &= torch.arange(len(mask)) >= row["kl_start"]
+        weight = row["rollout_is_weights"].double() if row["rollout_is_weights"] is not None else 1.0
+        k3 = k3_reference(row["teacher"].double() - row["student"].double(), K3_LINEAR_ABOVE, K3_CLAMP_BELOW) * weight
+        total += k3[mask].sum().item()
+        tokens += int(mask.sum())
+    return total, tokens, on
+
+
+def _check_k3(m: dict, rows: list[dict]) -> tuple[bool, str]:
+    want, tokens, _ = _k3_rows(rows)
+    got, got_tokens = m["actor/mopd/k3_sum_kl_on"], m["actor/mopd/kl_on_tokens"]
+    rel = abs(got - want) / max(abs(want), 1e-12)
+    ok = rel <= 1e-3 and int(round(got_tokens)) == tokens and tokens > 0
+    return ok, (f"actor {got:.6g} over {got_tokens:.0f} tokens (mean {m['actor/mopd/k3_mean_kl_on']:.4f}); "
+                f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= 1e-3")
+
+
+def _check_gate(m: dict, rows: list[dict]) -> tuple[bool, str]:
+    _, _, on = _k3_rows(rows)
+    driver = m["mopd/kl_mask_on_fraction"]
+    actor = m["actor/mopd/kl_on_samples"] / len(rows)
+    ok = abs(actor - driver) < 1e-9 and abs(on / len(rows) - driver) < 1e-9
+    return ok, f"driver {driver:.4f}, actor {actor:.4f} ({m['actor/mopd/kl_on_samples']:.0f} of {len(rows)} samples)"
+
+
+def _check_pg(rows: list[dict]) -> tuple[bool, str]:
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        groups.setdefault(row["uid"], []).append(row["score"])
+    mixed = [g for g in groups.values() if max(g) > min(g)]
+    advantage = max(float(row["advantages"].abs().max()) for row in rows)
+    ok = bool(mixed) and advantage > 0
+    levels = sorted({s for g in groups.values() for s in g})
+    return ok, (f"{len(mixed)} of {len(groups)} groups with mixed rewards (levels {levels}); "
+                f"max |advantage| {advantage:.3g}")
+
+
+def _check_platform_metrics(m: dict) -> tuple[bool, str]:
+    wanted = [f"{prefix}/{p}" for p in PLATFORMS for prefix in ("mopd/kl_mask_on_fraction", "mopd/reward_mean",
+                                                                "mopd/response_length")]
+    wanted += [f"mopd_teacher/{p}/samples" for p in PLATFORMS]
+    missing = [k for k in wanted if k not in m]
+    return not missing, ("missing " + ", ".join(missing)) if missing else (
+        "; ".join(f"{p}: reward {m[f'mopd/reward_mean/{p}']:+.2f}, KL on {m[f'mopd/kl_mask_on_fraction/{p}']:.2f}, "
+                  f"teacher samples {m[f'mopd_teacher/{p}/samples']:.0f}" for p in PLATFORMS))
+
+
+def _check_syncs(paths: Paths, metrics: dict[int, dict]) -> tuple[bool, str]:
+    log = paths.stage2 / "rollout_sync.jsonl"
+    if not log.exists():  # GPU profile: SGLang holds the weights; compare log-probs instead
+        worst = max(m["training/rollout_probs_diff_max"] for m in metrics.values())
+        return worst < 0.1, f"no hf rollout: max |rollout - actor| log-prob {worst:.3g} < 0.1 (bfloat16 SGLang)"
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    bad = [r["global_steps"] for r in records if r["sent"] != r["held"]]
+    ok = len(records) >= STAGE2_STEPS and not bad
+    names = len(records[0]["held"]) if records else 0
+    return ok, (f"{len(records)} syncs, each of all {names} tensors: sha256 of the actor's = the rollout's"
+                + (f"; differ at global_steps {bad}" if bad else ""))
+
+
+def _check_resume(paths: Paths) -> tuple[bool, str]:
+    records = [json.loads(line) for line in (paths.stage2 / "dumps" / "batching_state.jsonl").read_text().splitlines()]
+    saved_end = [r for r in records if r["step"] == RESUME_STEP and r["when"] == "end"]
+    resumed_begin = [r for r in records if r["step"] == RESUME_STEP + 1 and r["when"] == "begin"]
+    from verl_mopd.batching.sampler import STATE_FILE
+
+    hits = sorted((paths.stage2 / "ckpt").glob(f"*/*/global_step_{RESUME_STEP}"))
+    if len(hits) != 1:
+        return False, f"expected one global_step_{RESUME_STEP} checkpoint under {paths.stage2 / 'ckpt'}, found {hits}"
+    step_folder = hits[0]
+
+    on_disk = json.loads((step_folder / STATE_FILE).read_text())
+    if len(saved_end) != 1 or len(resumed_begin) != 1:
+        return False, f"state records: {len(saved_end)} at the end of step {RESUME_STEP}, {len(resumed_begin)} at the resume"
+    end, begin = saved_end[0], resumed_begin[0]
+    ok = end["sampler"] == begin["sampler"] and _same_state(on_disk, end["sampler"]) and \
+        end["held_prompts"] == begin["held_prompts"]
+    return ok, (f"sampler state at the end of step {RESUME_STEP} = {step_folder.name}/{STATE_FILE} = at the start of "
+                f"step {RESUME_STEP + 1}: {ok}; held prompts {len(end['held_prompts'])} -> {len(begin['held_prompts'])}")
+
+
+def _same_state(on_disk: dict, state: dict) -> bool:
+    """``batching_state.json`` may wrap the state with a format version: compare what they share."""
+    inner = on_disk.get("state", on_disk) if isinstance(on_disk, dict) else on_disk
+    return json.loads(json.dumps(inner, sort_keys=True)) == json.loads(json.dumps(state, sort_keys=True))
+
+
+# ------------------------------------------------------------------------------------ CLI
+def add_smoke_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=sorted(PROFILES), default="cpu",
+                        help="cpu: verl's trainers on the CPU harness (default); cuda: one GPU, Megatron-Core and SGLang")
+    parser.add_argument("--out", help="folder for everything the run leaves (default: a new temporary folder)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds each trainer process may run (default 900)")
+    parser.add_argument("--warmup-steps", type=int, default=250,
+                        help="supervised steps (batches of 8) that make the random student write tool calls "
+                             "(default 250)")
+    parser.add_argument("--recipes", help="the recipes/ui_mopd folder (default: the checkout verl-mopd is installed from)")
+
+
+def run_smoke_command(args: argparse.Namespace) -> int:
+    return run_smoke(SmokeConfig(device=args.device, out=args.out, timeout=args.timeout,
+                                 warmup_steps=args.warmup_steps, recipes=args.recipes))
