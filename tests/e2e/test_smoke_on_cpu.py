@@ -74,8 +74,14 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     row = next(r for r in step["rows"] if r["gate"])
     row["teacher"][0] += 1e-4
     torch.save(step, dump)
-    checks = _checks_of(copy)
-    assert _failed(checks, "teacher log-probs") and _failed(checks, "step 2: actor K3 sum")
+    assert _failed(_checks_of(copy), "teacher log-probs")  # (1e-4 in one token moves the K3 sum by ~1e-8)
+
+    # one sample's stored student log-probs half a nat off (a misaligned row is off by whole nats): the
+    # actor's K3 no longer matches the dump's
+    row["teacher"][0] -= 1e-4
+    row["student"] += 0.5
+    torch.save(step, dump)
+    assert _failed(_checks_of(copy), "step 2: actor K3 sum")
     dump.write_bytes(original)
 
     # the actor's logged K3 off by 0.2 %

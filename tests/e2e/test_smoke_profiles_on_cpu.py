@@ -35,6 +35,7 @@ DEVICES = [
     "trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node", "mopd.teachers.*.device",
     "mopd.teachers.*.n_gpus_per_node", "mopd.teachers.*.nnodes", "mopd.teachers.*.placement",
     "transfer_queue.backend.SimpleStorage.num_data_storage_units", "actor_rollout_ref.rollout.n_gpus_per_node",
+    "ray_kwargs.ray_init.include_dashboard",
 ]
 ENGINES = [
     "model_engine", "actor_rollout_ref.actor.*", "actor_rollout_ref.ref.*", "critic.*",

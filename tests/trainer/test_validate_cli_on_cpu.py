@@ -16,13 +16,13 @@ from verl_mopd.trainer.validate import (
 )
 
 ROOT = pathlib.Path(__file__).parents[2]
-PARTIALS = sorted((ROOT / "recipes").rglob("_*.yaml"))
+PARTIALS = sorted((ROOT / "recipes").glob("*/_*.yaml"))  # a recipe folder's partials (not a config group's)
 SMALL = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_small.yaml"
 REWARD_ONLY = ROOT / "examples" / "reward_only" / "grpo_gui_reward.yaml"
 
 
 def test_the_partials_are_found():
-    assert [p.name for p in PARTIALS] == ["_stage2_ui_mopd.yaml"]
+    assert [p.name for p in PARTIALS] == ["_stage1_ui_mopd.yaml", "_stage2_ui_mopd.yaml"]
 
 
 @pytest.mark.parametrize("partial", PARTIALS, ids=lambda p: p.name)

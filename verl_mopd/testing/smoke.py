@@ -60,6 +60,7 @@ class Profile:
     merge_backend: str                  # verl's model merger backend of the stage-1 checkpoints
     teacher_backends: dict[str, str]    # what the stage-2 profile sets (a test checks it)
     teacher_tolerance: dict[str, float]  # per teacher backend: max |stored - direct forward| (nats)
+    k3_tolerance: float                 # relative: the actor's K3 sum against the float64 one of the dumps
     environment: Callable[[], dict[str, str]]
 
 
@@ -70,11 +71,12 @@ def _cpu_environment() -> dict[str, str]:
 
 
 PROFILES = {
-    "cpu": Profile("stage1_cpu", "stage2_cpu", "fsdp", {"desktop": "hf", "mobile": "hf"}, {"hf": 1e-5},
+    "cpu": Profile("stage1_cpu", "stage2_cpu", "fsdp", {"desktop": "hf", "mobile": "hf"}, {"hf": 1e-5}, 1e-3,
                    _cpu_environment),
-    # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32
+    # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32;
+    # the actor's bfloat16 log-probs in the update against its own old_log_probs of the dump: 1e-2
     "cuda": Profile("stage1_gpu", "stage2_gpu", "megatron", {"desktop": "hf", "mobile": "megatron"},
-                    {"hf": 1e-4, "megatron": 0.1}, dict),
+                    {"hf": 1e-4, "megatron": 0.1}, 1e-2, dict),
 }
 
 
@@ -406,7 +408,8 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
     check("teacher log-probs = direct forward", lambda: _check_teachers(paths, profile, dumps))
     for step in sorted(metrics):
         m, rows = metrics[step], [r for r in dumps.get(step, []) if not r["padding"]]
-        check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs", lambda m=m, rows=rows: _check_k3(m, rows))
+        check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs",
+              lambda m=m, rows=rows: _check_k3(m, rows, profile.k3_tolerance))
         check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
         check(f"step {step}: grad norm > 0", lambda m=m: (m["actor/grad_norm"] > 0,
                                                           f"actor/grad_norm {m['actor/grad_norm']:.3g}"))
@@ -496,13 +499,13 @@ def _k3_rows(rows: list[dict]):
     return total, tokens, on
 
 
-def _check_k3(m: dict, rows: list[dict]) -> tuple[bool, str]:
+def _check_k3(m: dict, rows: list[dict], tolerance: float) -> tuple[bool, str]:
     want, tokens, _ = _k3_rows(rows)
     got, got_tokens = m["actor/mopd/k3_sum_kl_on"], m["actor/mopd/kl_on_tokens"]
     rel = abs(got - want) / max(abs(want), 1e-12)
-    ok = rel <= 1e-3 and int(round(got_tokens)) == tokens and tokens > 0
+    ok = rel <= tolerance and int(round(got_tokens)) == tokens and tokens > 0
     return ok, (f"actor {got:.6g} over {got_tokens:.0f} tokens (mean {m['actor/mopd/k3_mean_kl_on']:.4f}); "
-                f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= 1e-3")
+                f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= {tolerance:g}")
 
 
 def _check_gate(m: dict, rows: list[dict]) -> tuple[bool, str]:
