@@ -13,15 +13,8 @@ from hypothesis import strategies as st
 
 from verl_mopd.data.cli import main as prepare_main
 from verl_mopd.data.convert import ConvertConfig, trajectory_rows
-from verl_mopd.data.trajectories import (
-    PARSE,
-    CleanConfig,
-    SchemaError,
-    clean,
-    clean_report,
-    drop_duplicate_ids,
-    read_jsonl,
-)
+from verl_mopd.data.schema import PARSE, SchemaError, drop_duplicate_ids, read_jsonl
+from verl_mopd.data.clean import CleanConfig, clean, clean_report
 
 
 def _good(root: str, tid: str, **over) -> dict:
@@ -168,7 +161,7 @@ def test_bad_agentnet_and_android_control_records_are_parse_drops(tmp_path):
 
 
 def test_duplicate_ids_keep_the_first():
-    from verl_mopd.data.trajectories import Trajectory
+    from verl_mopd.data.schema import Trajectory
 
     ts = [Trajectory("a", "mobile", "q", (), origin="f:1"), Trajectory("b", "mobile", "q", (), origin="f:2"),
           Trajectory("a", "mobile", "q", (), origin="f:3")]  # fmt: skip

@@ -10,7 +10,8 @@ from _data_helpers import png, png_bytes, read_jsonl_dicts, record, write_lines
 
 from verl_mopd.data.cli import main as prepare_main
 from verl_mopd.data.images import ImageIndex, inspect_image
-from verl_mopd.data.trajectories import CleanConfig, Step, Trajectory, check_structure, clean, trajectory_from_dict
+from verl_mopd.data.schema import Step, Trajectory, trajectory_from_dict
+from verl_mopd.data.clean import CleanConfig, check_structure, clean
 
 GOOD = png_bytes((64, 48), (10, 120, 230))
 
@@ -182,7 +183,7 @@ def test_reading_for_the_parquet_refuses_what_is_not_a_file(tmp_path):
 def test_the_screen_size_lookup_refuses_what_is_not_a_file(tmp_path):
     """Pixel coordinates without a screen_size read the screenshot header; a FIFO (reachable with
     ``--skip-rule screenshots``) is an action error, never a blocked open."""
-    from verl_mopd.data.trajectories import screen_size_of
+    from verl_mopd.data.schema import screen_size_of
     from verl_mopd.rewards.actions import ActionError
 
     os.mkfifo(tmp_path / "fifo.png")

@@ -7,7 +7,8 @@ from _data_helpers import record
 from local_http import LocalJSONServer, RawServer, http_response
 
 from verl_mopd.data.judges import JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge, Verdict, parse_verdict_text
-from verl_mopd.data.trajectories import CleanConfig, clean, trajectory_from_dict
+from verl_mopd.data.schema import trajectory_from_dict
+from verl_mopd.data.clean import CleanConfig, clean
 
 
 class _Server(LocalJSONServer):

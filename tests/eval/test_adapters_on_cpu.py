@@ -209,7 +209,7 @@ def test_mobileworld_agent_step_budget_defaults_to_30():
 def test_online_step_prompt_is_the_training_prompt_of_verl_mopd_prepare():
     """The adapters' user turn equals data/convert.py's for the same instruction and history."""
     convert = pytest.importorskip("verl_mopd.data.convert")
-    from verl_mopd.data.trajectories import Step, Trajectory
+    from verl_mopd.data.schema import Step, Trajectory
     from verl_mopd.eval.agent import StepPrompter
     from verl_mopd.rewards import system_prompt
 

@@ -1,6 +1,6 @@
 """Uni-GUI data pipeline: trajectory schema, cleaning with a per-reason report, readers, verl parquet.
 
-See :mod:`verl_mopd.data.trajectories` (schema, rules), :mod:`.images` (path confinement and the image
+See :mod:`verl_mopd.data.schema` (records), :mod:`.clean` (rules), :mod:`.images` (path confinement and the image
 check), :mod:`.readers` (AgentNet, AndroidControl), :mod:`.judges` (subtask judge), :mod:`.convert`
 (parquet layout, streamed) and :mod:`.cli` (``verl-mopd prepare``).
 """
@@ -9,21 +9,17 @@ from verl_mopd.data.convert import ConvertConfig, convert, split_by_trajectory, 
 from verl_mopd.data.images import DataRoots, ImageIndex, inspect_image
 from verl_mopd.data.judges import JudgeConfig, OfflineJudge, OpenAIJudge, UnreadableVerdict, Verdict
 from verl_mopd.data.readers import read_agentnet, read_android_control
-from verl_mopd.data.trajectories import (
+from verl_mopd.data.schema import (
     PARSE,
-    RULES,
-    CleanConfig,
     Drop,
     SchemaError,
     Step,
     Trajectory,
-    clean,
-    clean_report,
     drop_duplicate_ids,
-    format_report,
     read_jsonl,
     write_jsonl,
 )
+from verl_mopd.data.clean import RULES, CleanConfig, clean, clean_report, format_report
 
 __all__ = [
     "PARSE",

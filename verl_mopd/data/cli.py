@@ -44,19 +44,15 @@ from verl_mopd.data.convert import IMAGE_MODES, ConvertConfig, convert
 from verl_mopd.data.images import ImageIndex
 from verl_mopd.data.judges import SCORE_THRESHOLD, JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge
 from verl_mopd.data.readers import agentnet_image_dir, read_agentnet, read_android_control
-from verl_mopd.data.trajectories import (
+from verl_mopd.data.schema import PARSE, Drop, drop_duplicate_ids, read_jsonl, write_jsonl
+from verl_mopd.data.clean import (
     MAX_STEPS,
     MISSING_VERDICTS,
-    PARSE,
     RULES,
     CleanConfig,
-    Drop,
     clean,
     clean_report,
-    drop_duplicate_ids,
     format_report,
-    read_jsonl,
-    write_jsonl,
 )
 from verl_mopd.errors import UsageError
 from verl_mopd.files import json_line, json_text

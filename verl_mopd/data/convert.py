@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import ImageIndex, read_screenshot
-from verl_mopd.data.trajectories import Step, Trajectory, step_action, step_bbox
+from verl_mopd.data.schema import Step, Trajectory, step_action, step_bbox
 from verl_mopd.rewards.actions import DEFAULT_PROMPT_ACTIONS, PLATFORMS
 from verl_mopd.rewards.prompts import USER_TEMPLATE, render_tool_call, system_prompt
 

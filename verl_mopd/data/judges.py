@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import identify, read_screenshot
-from verl_mopd.data.trajectories import Step, Trajectory
+from verl_mopd.data.schema import Step, Trajectory
 from verl_mopd.files import atomic_write, json_text
 
 SCORE_THRESHOLD = 70.0

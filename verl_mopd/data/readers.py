@@ -1,9 +1,9 @@
-"""Readers from public trajectory formats into the Uni-GUI schema (:mod:`verl_mopd.data.trajectories`).
+"""Readers from public trajectory formats into the Uni-GUI schema (:mod:`verl_mopd.data.schema`).
 
 A reader never drops a step: an action it cannot map keeps a descriptive name (e.g.
 ``"pyautogui.mouseDown"``) so that the ``action_space`` cleaning rule counts and reports it. A
 record it cannot read at all (wrong types, missing fields, not JSON) raises
-:class:`~verl_mopd.data.trajectories.SchemaError` naming ``file:line``, or, given a ``drops``
+:class:`~verl_mopd.data.schema.SchemaError` naming ``file:line``, or, given a ``drops``
 list, becomes a ``parse`` drop there and reading goes on. Screenshot paths are resolved and
 confined to the reader's image folder plus ``roots`` (:class:`~verl_mopd.data.images.DataRoots`).
 
@@ -50,7 +50,7 @@ offline judge verdict (one subtask, the instruction; model ``agentnet:task_compl
 the ``subtasks`` rule reads, so ``false`` is dropped; ``null`` is no verdict (``missing_verdict``).
 ``thought`` -> ``thought``, ``value.action`` -> ``description``; ``task_completed``, the scores,
 ``task_difficulty`` and ``domain`` go to ``meta``. A ``task_id`` seen before is a ``parse`` drop
-(:func:`~verl_mopd.data.trajectories.drop_duplicate_ids`).
+(:func:`~verl_mopd.data.schema.drop_duplicate_ids`).
 
 **AndroidControl (mobile)** -- the records of google-research ``android_control`` (README, "Dataset
 format"): ``episode_id``, ``goal``, ``screenshots`` (PNG bytes; here also file paths),
@@ -74,7 +74,7 @@ from dataclasses import replace
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from verl_mopd.data.images import DataRoots
-from verl_mopd.data.trajectories import Drop, SchemaError, Step, Trajectory, iter_jsonl, parse_drop
+from verl_mopd.data.schema import Drop, SchemaError, Step, Trajectory, iter_jsonl, parse_drop
 from verl_mopd.files import atomic_write
 
 # ----------------------------------------------------------------------------- AgentNet / PyAutoGUI

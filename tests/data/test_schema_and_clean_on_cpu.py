@@ -10,16 +10,10 @@ from hypothesis import strategies as st
 
 from _data_helpers import record
 from verl_mopd.data.fixtures import make_fixture
-from verl_mopd.data.trajectories import (
-    RULES,
-    CleanConfig,
+from verl_mopd.data.schema import (
     SchemaError,
     Step,
     Trajectory,
-    check_structure,
-    clean,
-    clean_report,
-    format_report,
     read_jsonl,
     step_action,
     step_bbox,
@@ -27,6 +21,7 @@ from verl_mopd.data.trajectories import (
     trajectory_to_dict,
     write_jsonl,
 )
+from verl_mopd.data.clean import RULES, CleanConfig, check_structure, clean, clean_report, format_report
 from verl_mopd.rewards.actions import ActionError
 
 
