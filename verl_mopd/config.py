@@ -41,9 +41,9 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
     use_rollout_is_weights: bool = True
 
     def __post_init__(self):
-        from verl_mopd.plugin import register
+        from verl_mopd.losses import register_loss
 
-        register()  # this config is only built where mopd_k3 is meant to be available
+        register_loss()  # this config is only built where mopd_k3 is meant to be available
         errors = []
         if self.loss_mode == "mopd_k3":
             if self.use_policy_gradient:

@@ -339,7 +339,7 @@ def _nothing_counts(mask: torch.Tensor, loss_agg_mode: str, global_batch_info: d
 
 # ----------------------------------------------------------------------------------------------
 # verl adapter: the per-token loss behind ``distillation.distillation_loss.loss_mode=mopd_k3``.
-# Registered by ``verl_mopd.plugin.register()``; verl's ``distillation_loss`` aggregates what it
+# Registered by :func:`register_loss` (below; ``verl_mopd.plugin.register()`` calls it); verl's ``distillation_loss`` aggregates what it
 # returns with ``agg_loss`` over ``response_mask`` and ``distillation_ppo_loss`` adds
 # ``distillation_loss_coef`` (beta) times it to the PG loss, on the FSDP and Megatron engines alike.
 # ----------------------------------------------------------------------------------------------
@@ -474,3 +474,55 @@ def mopd_distillation_ppo_loss(config, distillation_config, model_output: dict |
         policy_loss, metrics = zero, {}
     metrics["distillation/loss"] = Metric(value=zero.detach(), aggregation=AggregationType.SUM)
     return policy_loss, metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# registration: the loss mode lives with the loss it names
+# ----------------------------------------------------------------------------------------------
+
+MOPD_LOSS_MODE = "mopd_k3"
+
+
+def register_loss() -> None:
+    """``mopd_k3`` (:func:`compute_mopd_k3`) into verl's ``DISTILLATION_LOSS_REGISTRY``; idempotent.
+
+    Reuses verl's ``register_distillation_loss`` with ``use_estimator=True`` (one log-prob per
+    sampled token). Raises if another function already holds the name.
+    """
+    from verl.trainer.distillation.losses import (
+        DISTILLATION_LOSS_REGISTRY,
+        DistillationLossSettings,
+        register_distillation_loss,
+    )
+
+    registered = DISTILLATION_LOSS_REGISTRY.get(MOPD_LOSS_MODE)
+    if registered is not None and registered is not compute_mopd_k3:
+        raise RuntimeError(
+            f"distillation loss mode {MOPD_LOSS_MODE!r} is already registered by "
+            f"{registered.__module__}.{registered.__qualname__}, not by verl_mopd"
+        )
+    if registered is None:
+        register_distillation_loss(DistillationLossSettings(names=[MOPD_LOSS_MODE], use_estimator=True))(
+            compute_mopd_k3
+        )
+
+
+def is_registered() -> bool:
+    """Whether ``mopd_k3`` is in verl's distillation-loss registry (imports verl)."""
+    from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
+
+    return MOPD_LOSS_MODE in DISTILLATION_LOSS_REGISTRY
+
+
+def require_registered(where: str = "this process") -> None:
+    """Raise a clear error if ``mopd_k3`` is not registered (verl hides plugin failures)."""
+    if not is_registered():
+        import os
+
+        raise RuntimeError(
+            f"loss_mode={MOPD_LOSS_MODE} is not registered in {where}. verl loads it through the "
+            "'verl.plugins' entry point of the verl-mopd package: check that verl-mopd is installed in "
+            "this environment (pip install -e . from its clone), that VERL_USE_EXTERNAL_PLUGINS "
+            f"(now {os.getenv('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r}) is 'auto' or lists 'verl_mopd', "
+            "and look above for a 'verl-mopd plugin failed' warning."
+        )

@@ -18,29 +18,10 @@ import threading
 import warnings
 from collections.abc import Callable
 
-MOPD_LOSS_MODE = "mopd_k3"
-
-
 def _register_loss() -> None:
-    """``mopd_k3`` into verl's ``DISTILLATION_LOSS_REGISTRY`` (raises if another loss holds the name)."""
-    from verl.trainer.distillation.losses import (
-        DISTILLATION_LOSS_REGISTRY,
-        DistillationLossSettings,
-        register_distillation_loss,
-    )
+    from verl_mopd.losses import register_loss
 
-    from verl_mopd.losses import compute_mopd_k3
-
-    registered = DISTILLATION_LOSS_REGISTRY.get(MOPD_LOSS_MODE)
-    if registered is not None and registered is not compute_mopd_k3:
-        raise RuntimeError(
-            f"distillation loss mode {MOPD_LOSS_MODE!r} is already registered by "
-            f"{registered.__module__}.{registered.__qualname__}, not by verl_mopd"
-        )
-    if registered is None:
-        register_distillation_loss(DistillationLossSettings(names=[MOPD_LOSS_MODE], use_estimator=True))(
-            compute_mopd_k3
-        )
+    register_loss()
 
 
 def _register_trainers() -> None:
@@ -60,9 +41,9 @@ REGISTRIES: dict[str, Callable[[], None]] = {
 def register() -> None:
     """Register verl-mopd into verl's registries.
 
-    - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.compute_mopd_k3`), through
-      verl's ``register_distillation_loss`` with ``use_estimator=True`` (one log-prob per sampled
-      token), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in any verl run;
+    - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.register_loss`, which lives with
+      the loss it registers), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in
+      any verl run;
     - the v1 trainers ``mopd_sync`` / ``mopd_separate_async`` / ``mopd_colocate_async``
       (``trainer.v1.trainer_mode``), through verl's ``register_trainer`` (importing
       ``verl_mopd.trainer.mopd_trainer`` does it; verl's TaskRunner looks them up by name).
@@ -121,7 +102,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             try:
                 callback()
             except Exception as exc:  # noqa: BLE001 - raising would fail verl's import of `fullname`
-                message = (f"verl-mopd plugin failed to register (loss_mode={MOPD_LOSS_MODE} or the mopd_* trainers "
+                message = ("verl-mopd plugin failed to register (loss_mode=mopd_k3 or the mopd_* trainers "
                            f"unavailable): {type(exc).__name__}: {exc}")
                 logging.getLogger("verl_mopd").warning(message)
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
@@ -145,24 +126,3 @@ class _ThenRun(importlib.abc.Loader):
 
 
 _HOOK = _AfterImport()
-
-
-def is_registered() -> bool:
-    """Whether ``mopd_k3`` is in verl's distillation-loss registry (imports verl)."""
-    from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
-
-    return MOPD_LOSS_MODE in DISTILLATION_LOSS_REGISTRY
-
-
-def require_registered(where: str = "this process") -> None:
-    """Raise a clear error if ``mopd_k3`` is not registered (verl hides plugin failures)."""
-    if not is_registered():
-        import os
-
-        raise RuntimeError(
-            f"loss_mode={MOPD_LOSS_MODE} is not registered in {where}. verl loads it through the "
-            "'verl.plugins' entry point of the verl-mopd package: check that verl-mopd is installed in "
-            "this environment (pip install -e . from its clone), that VERL_USE_EXTERNAL_PLUGINS "
-            f"(now {os.getenv('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r}) is 'auto' or lists 'verl_mopd', "
-            "and look above for a 'verl-mopd plugin failed' warning."
-        )

@@ -16,7 +16,7 @@ from verl.workers.utils.losses import ppo_loss
 
 from _microbatch import build_microbatch
 from _tq_memory import InMemoryTQ
-from verl_mopd import plugin
+from verl_mopd import losses, plugin
 from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
 from verl_mopd.losses import compute_mopd_k3, k3_kl
 from verl_mopd.trainer.gate import compute_kl_gate, write_kl_gate
@@ -104,10 +104,10 @@ def test_after_import_runs_once_the_module_has_run_and_a_failure_warns(tmp_path,
 def test_disabled_plugins_give_a_clear_error_and_a_failing_plugin_warns():
     code = (
         "import warnings, verl\n"
-        "from verl_mopd import plugin\n"
-        "assert not plugin.is_registered()\n"
+        "from verl_mopd import losses\n"
+        "assert not losses.is_registered()\n"
         "try:\n"
-        "    plugin.require_registered('the driver')\n"
+        "    losses.require_registered('the driver')\n"
         "except RuntimeError as e:\n"
         "    print('ERROR:', e)\n"
         "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
@@ -131,7 +131,7 @@ def test_register_is_idempotent():
     plugin.register()
     plugin.register()
     assert DISTILLATION_LOSS_REGISTRY["mopd_k3"] is compute_mopd_k3
-    plugin.require_registered()
+    losses.require_registered()
 
 
 def test_loss_config_refuses_settings_that_defeat_mopd_k3():

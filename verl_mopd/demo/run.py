@@ -328,7 +328,7 @@ class TeacherScorer:
         if mode == "ray":
             import ray
 
-            from verl_mopd.teachers import PlatformTeacherGroup
+            from verl_mopd.teachers.group import PlatformTeacherGroup
 
             if not ray.is_initialized():
                 ray.init(num_cpus=len(paths), include_dashboard=False, log_to_driver=False,

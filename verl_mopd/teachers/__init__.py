@@ -1,16 +1,10 @@
 """Platform-routed teachers: split a step batch by platform, score each part with that platform's
-teacher, merge back in order. ``router`` is pure; ``group`` owns the teacher worker groups."""
+teacher, merge back in order. ``router`` is pure; ``group`` (``PlatformTeacherGroup``, which imports
+Ray and verl's single controller) owns the teacher worker groups: import it from
+``verl_mopd.teachers.group``."""
 
 from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError, TeachersConfig, validate_before_load
 from verl_mopd.teachers.router import UnknownRouteError, merge, split
 
 __all__ = ["TeacherConfig", "TeachersConfig", "TeacherConfigError", "validate_before_load",
-           "UnknownRouteError", "split", "merge", "PlatformTeacherGroup"]
-
-
-def __getattr__(name):  # the group imports Ray and verl's single controller: load on use
-    if name == "PlatformTeacherGroup":
-        from verl_mopd.teachers.group import PlatformTeacherGroup
-
-        return PlatformTeacherGroup
-    raise AttributeError(name)
+           "UnknownRouteError", "split", "merge"]

@@ -41,14 +41,15 @@ Why the mode line: verl 0.9.1's ``PPOTrainer`` branches on the *name* in ``train
 registered under a name of its own would silently run with the async replay buffer.
 
 The building blocks (``teachers_config_from``, ``distillation_loss_fn``,
-``build_worker_teachers``, ``think_end_token_id``, ``write_kl_gate``, ``score_teachers``) are public
-too, for trainers that need them apart. Nothing here holds state. Imports of verl and of our config
-are deferred: ``mopd_trainer`` imports this module while ``import verl`` loads our plugin.
+``build_worker_teachers``, ``think_end_token_id``, ``score_teachers``, and ``write_kl_gate`` in
+``verl_mopd.trainer.gate``) are public too, for trainers that need them apart. Nothing here holds
+state. Imports of verl and of our config are deferred to the calls: ``mopd_trainer`` imports this
+module while verl's ``verl.trainer.ppo.v1`` package finishes importing (the plugin's hook), when
+verl is not yet usable in full.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from functools import partial
 from typing import Any
@@ -58,7 +59,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 __all__ = [
     "actor_resource_pool",
     "build_worker_teachers",
-    "compute_kl_gate",  # noqa: F822  (provided on first use by the module's __getattr__, PEP 562)
     "distillation_loss_fn",
     "dump_step",
     "gate_config_from",
@@ -68,24 +68,7 @@ __all__ = [
     "teachers_config_from",
     "think_end_token_id",
     "write_gate_and_teacher_logprobs",
-    "write_kl_gate",  # noqa: F822  (as compute_kl_gate)
 ]
-
-# re-exported on first use (importing them here would import verl while verl imports this plugin)
-_LAZY = {
-    "write_kl_gate": "verl_mopd.trainer.gate",
-    "compute_kl_gate": "verl_mopd.trainer.gate",
-}
-
-
-def _lazy(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__getattr__ = _lazy  # PEP 562: `from verl_mopd.trainer.hooks import write_kl_gate` loads it on use
-
 
 # -- __init__ ------------------------------------------------------------------------------------
 
@@ -147,7 +130,7 @@ def distillation_loss_fn(config: DictConfig):
     from verl.workers.config import DistillationConfig, DistillationLossConfig
 
     from verl_mopd.losses import mopd_distillation_ppo_loss
-    from verl_mopd.plugin import MOPD_LOSS_MODE
+    from verl_mopd.losses import MOPD_LOSS_MODE
 
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     loss_config = omega_conf_to_dataclass(config.distillation.distillation_loss)
@@ -193,7 +176,7 @@ def build_worker_teachers(trainer):
     teachers = teachers_config_from(trainer.config)
     if teachers is None or all(t.backend == "server" for t in teachers.teachers.values()):
         return None
-    from verl_mopd.teachers import PlatformTeacherGroup
+    from verl_mopd.teachers.group import PlatformTeacherGroup
     from verl_mopd.teachers.config import TeacherConfigError, compare_with_student
 
     # the teachers score the student's token ids and pixel patches: refuse a mismatch before any

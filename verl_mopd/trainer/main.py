@@ -18,7 +18,8 @@ import hydra
 def main(config):
     from verl.trainer import main_ppo
 
-    from verl_mopd.plugin import register, require_registered
+    from verl_mopd.losses import require_registered
+    from verl_mopd.plugin import register
     from verl_mopd.trainer.validate import RecipeError, validate
 
     register()

@@ -493,9 +493,9 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_mopd.plugin import register
+    from verl_mopd.losses import register_loss
 
-    register()
+    register_loss()
     problems: list[str] = code_target_problems(config)
     warnings: list[str] = []
     if problems or not _check_cluster(config, problems):  # nothing below may run recipe code or divide by None
