@@ -21,13 +21,27 @@ Anything else is a bug: its traceback is shown. ``--debug`` (anywhere on the com
 
 from __future__ import annotations
 
-__all__ = ["UsageError", "user_error_message"]
+__all__ = ["ConfigError", "UsageError", "user_error_message"]
 
 _FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 class UsageError(ValueError):
     """A mistake the user can fix; the message names the option or ``file:line``."""
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config, one line each (the key, the value, what is allowed).
+
+    The one config error of verl-mopd (torchtune's ``ConfigError`` habit): the ``mopd`` block, the
+    teachers and ``validate-recipe`` collect all their problems and raise them together, so a user
+    fixes a recipe in one pass. ``errors`` holds the lines; ``what`` names the config in the message.
+    """
+
+    def __init__(self, errors: list[str], what: str = "config"):
+        self.errors = list(errors)
+        self.what = what
+        super().__init__(f"invalid {what}:\n  - " + "\n  - ".join(self.errors))
 
 
 def user_error_message(exc: BaseException) -> str | None:

@@ -3,9 +3,9 @@
 import pytest
 
 from verl_mopd.teachers.backends.server import build_verl_distillation_config, to_hydra_overrides
+from verl_mopd.errors import ConfigError
 from verl_mopd.teachers.config import (
     TeacherConfig,
-    TeacherConfigError,
     TeachersConfig,
     validate_before_load,
     validate_platforms,
@@ -27,12 +27,12 @@ def _teachers(backend="hf", **kw):
     ("tensor_model_parallel_size", 2, r"backend=hf is data-parallel only"),
 ])
 def test_bad_field_names_key_and_allowed_values(field, value, match):
-    with pytest.raises(TeacherConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         TeacherConfig(model_path="/ckpt/d", platform="desktop", **{field: value})
 
 
 def test_all_errors_collected_and_unknown_key_named():
-    with pytest.raises(TeacherConfigError) as exc:
+    with pytest.raises(ConfigError) as exc:
         TeachersConfig.from_mapping({"teachers": {"desktop": {"model_path": "", "backend": "x"},
                                                   "mobile": {"model_path": "/m", "tp": 2}}})
     text = str(exc.value)
@@ -40,7 +40,7 @@ def test_all_errors_collected_and_unknown_key_named():
 
 
 def test_megatron_tp_must_divide_pool():
-    with pytest.raises(TeacherConfigError, match="not divisible"):
+    with pytest.raises(ConfigError, match="not divisible"):
         TeacherConfig(model_path="/m", backend="megatron", n_gpus_per_node=8, tensor_model_parallel_size=3)
 
 
@@ -60,7 +60,7 @@ class _Tok:
 
 def test_before_load_collects_temperature_tokenizer_pool_errors():
     t = _teachers(backend="megatron", n_gpus_per_node=8, dtype="bfloat16", placement="dedicated")
-    with pytest.raises(TeacherConfigError) as exc:
+    with pytest.raises(ConfigError) as exc:
         validate_before_load(
             t, data_platforms={"train": ["desktop", "mobile"]}, rollout_temperature=0.7,
             student_tokenizer=_Tok({"a": 0, "b": 1}),
@@ -92,7 +92,7 @@ def test_server_block_builds_verl_distillation_config():
 
 
 def test_server_and_worker_backends_cannot_mix():
-    with pytest.raises(TeacherConfigError, match="mixed"):
+    with pytest.raises(ConfigError, match="mixed"):
         TeachersConfig.from_mapping({"teachers": {"desktop": {"model_path": "/d", "backend": "server"},
                                                   "mobile": {"model_path": "/m", "backend": "hf"}}})
 

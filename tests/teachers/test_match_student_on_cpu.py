@@ -9,7 +9,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3VLConfig
 
-from verl_mopd.teachers.config import TeacherConfigError, TeachersConfig, compare_with_student
+from verl_mopd.errors import ConfigError
+from verl_mopd.teachers.config import TeachersConfig, compare_with_student
 from verl_mopd.trainer.validate import compose_recipe, validate
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -129,7 +130,7 @@ def test_the_trainer_refuses_a_mismatched_teacher_before_any_weights_load(ckpts)
 
     overrides = _recipe(ckpts["student"], ckpts["same"], ckpts["temporal"])  # backend: megatron teachers
     trainer = _Trainer(compose_recipe(str(SMALL), overrides))
-    with pytest.raises(TeacherConfigError, match=r"mopd.teachers.mobile: config vision_config.temporal_patch_size "
+    with pytest.raises(ConfigError, match=r"mopd.teachers.mobile: config vision_config.temporal_patch_size "
                                                  r"differs .*teacher 1 vs student 2") as info:
         hooks.build_worker_teachers(trainer)  # the checkpoints have no weights: building would fail differently
     assert ckpts["temporal"] in str(info.value) and ckpts["student"] in str(info.value)

@@ -26,7 +26,8 @@ from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM
 
 import verl_mopd
-from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError
+from verl_mopd.errors import ConfigError
+from verl_mopd.teachers.config import TeacherConfig
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
 
@@ -76,7 +77,7 @@ def test_worker_config_is_verls_ref_config_with_the_teacher_on_top(tiny):
     assert all(isinstance(init.kwargs[k], dict) for k in ("teacher", "ref", "model"))
     again = worker_config_from_blocks(TeacherConfig(**init.kwargs["teacher"]), init.kwargs["ref"], init.kwargs["model"])
     assert again.engine_config == eng and again.model_config.path == tiny
-    with pytest.raises(TeacherConfigError, match="dtype='float32'"):
+    with pytest.raises(ConfigError, match="dtype='float32'"):
         training_worker_config(teacher(tiny, dtype="float32"), cfg)
     with pytest.raises(ValueError, match="model_engine=megatron"):
         training_worker_config(teacher(tiny), run_config(tiny, "model_engine=dp"))

@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 import verl_mopd
 from verl_mopd.config import MOPDGateConfig
 from verl_mopd.demo.models import build_tokenizer
-from verl_mopd.trainer import gate, hooks, mopd_trainer
+from verl_mopd.trainer import hooks, mopd_trainer
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
 TINY = ["actor_rollout_ref.model.path=/tmp/not-loaded",

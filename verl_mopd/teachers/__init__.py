@@ -3,8 +3,8 @@ teacher, merge back in order. ``router`` is pure; ``group`` (``PlatformTeacherGr
 Ray and verl's single controller) owns the teacher worker groups: import it from
 ``verl_mopd.teachers.group``."""
 
-from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError, TeachersConfig, validate_before_load
+from verl_mopd.teachers.config import TeacherConfig, TeachersConfig, validate_before_load
 from verl_mopd.teachers.router import UnknownRouteError, merge, split
 
-__all__ = ["TeacherConfig", "TeachersConfig", "TeacherConfigError", "validate_before_load",
+__all__ = ["TeacherConfig", "TeachersConfig", "validate_before_load",
            "UnknownRouteError", "split", "merge"]

@@ -22,13 +22,14 @@ from typing import Any
 
 from verl.base_config import BaseConfig
 
+from verl_mopd.errors import ConfigError
+
 __all__ = [
     "BACKENDS",
     "PLACEMENTS",
     "DTYPES",
     "TeacherConfig",
     "TeachersConfig",
-    "TeacherConfigError",
     "validate_platforms",
     "validate_temperature",
     "validate_tokenizers",
@@ -43,17 +44,9 @@ PLACEMENTS = ("dedicated", "colocated")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class TeacherConfigError(ValueError):
-    """Every problem found in the teachers config, one line each (key, value, what to do)."""
-
-    def __init__(self, errors: list[str]):
-        self.errors = list(errors)
-        super().__init__("invalid mopd.teachers config:\n  - " + "\n  - ".join(self.errors))
-
-
 def _raise_if(errors: list[str]) -> None:
     if errors:
-        raise TeacherConfigError(errors)
+        raise ConfigError(errors, "mopd.teachers config")
 
 
 @dataclass
@@ -170,7 +163,7 @@ class TeachersConfig(BaseConfig):
         for platform, cfg in (self.teachers or {}).items():
             try:
                 built[str(platform)] = _build_teacher(str(platform), cfg)
-            except TeacherConfigError as exc:
+            except ConfigError as exc:
                 errors.extend(exc.errors)
             except TypeError as exc:  # unknown key in the block
                 errors.append(f"mopd.teachers.{platform}: {exc}")
@@ -200,7 +193,7 @@ class TeachersConfig(BaseConfig):
         allowed = {"routing_key", "teachers", "skip_gated", "mask_key", "output_key"}
         extra = sorted(set(block) - allowed)
         if extra:
-            raise TeacherConfigError([f"mopd: unknown key(s) {extra} for the teachers block; allowed {sorted(allowed)}"])
+            raise ConfigError([f"mopd: unknown key(s) {extra} for the teachers block; allowed {sorted(allowed)}"], "mopd.teachers config")
         return cls(**dict(block))
 
 
@@ -208,7 +201,7 @@ def _build_teacher(platform: str, cfg: Any) -> TeacherConfig:
     if isinstance(cfg, TeacherConfig):
         return cfg if cfg.platform == platform else TeacherConfig(**{**_fields(cfg), "platform": platform})
     if not isinstance(cfg, Mapping):
-        raise TeacherConfigError([f"mopd.teachers.{platform}={cfg!r}: must be a mapping of teacher keys"])
+        raise ConfigError([f"mopd.teachers.{platform}={cfg!r}: must be a mapping of teacher keys"], "mopd.teachers config")
     cfg = {k: v for k, v in dict(cfg).items() if k != "_target_"}
     return TeacherConfig(**{**cfg, "platform": platform})
 
@@ -410,7 +403,7 @@ def validate_before_load(
     total_gpus: int | None = None,
     actor_gpus: int | None = None,
 ) -> None:
-    """Run every check and raise one ``TeacherConfigError`` listing all problems.
+    """Run every check and raise one ``ConfigError`` listing all problems.
 
     ``data_platforms`` maps a split name (``train``, ``val``) to the routing-key values in it.
     Tokenizers are cheap to load (no weights), so this runs before any model is built.

@@ -171,13 +171,14 @@ def build_worker_teachers(trainer):
     """The ``PlatformTeacherGroup`` of the run's ``hf`` / ``megatron`` teachers (models loaded), or
     None with no teachers or ``backend: server`` ones (verl's teacher loop runs those).
 
-    Raises ``TeacherConfigError`` before any weights load when a teacher's tokenizer or vision
+    Raises ``ConfigError`` before any weights load when a teacher's tokenizer or vision
     config differs from the student's (``verl_mopd.teachers.config.compare_with_student``)."""
     teachers = teachers_config_from(trainer.config)
     if teachers is None or all(t.backend == "server" for t in teachers.teachers.values()):
         return None
     from verl_mopd.teachers.group import PlatformTeacherGroup
-    from verl_mopd.teachers.config import TeacherConfigError, compare_with_student
+    from verl_mopd.errors import ConfigError
+    from verl_mopd.teachers.config import compare_with_student
 
     # the teachers score the student's token ids and pixel patches: refuse a mismatch before any
     # weights load (tokenizers and config.json only)
@@ -186,7 +187,7 @@ def build_worker_teachers(trainer):
     errors = compare_with_student(teachers, model.path, student_tokenizer_path=model.get("tokenizer_path") or None,
                                   trust_remote_code=bool(model.get("trust_remote_code", False)), platforms=workers)
     if errors:
-        raise TeacherConfigError(errors)
+        raise ConfigError(errors, "mopd.teachers config")
     colocated = any(t.placement == "colocated" for t in teachers.teachers.values())
     return PlatformTeacherGroup.build(teachers, use_gpu=trainer.config.trainer.device != "cpu",
                                       colocated_pool=actor_resource_pool(trainer) if colocated else None,

@@ -20,7 +20,8 @@ def main(config):
 
     from verl_mopd.losses import require_registered
     from verl_mopd.plugin import register
-    from verl_mopd.trainer.validate import RecipeError, validate
+    from verl_mopd.errors import ConfigError
+    from verl_mopd.trainer.validate import validate
 
     register()
     require_registered("the launcher")
@@ -28,7 +29,7 @@ def main(config):
     for warning in warnings:
         print(f"[verl-mopd] WARNING: {warning}")
     if problems:
-        raise RecipeError(problems)
+        raise ConfigError(problems, "recipe")
     main_ppo.main(config)  # hydra passes an already-composed config straight through
 
 

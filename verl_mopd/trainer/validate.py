@@ -37,12 +37,6 @@ METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1
 TEACHER_KEYS = ("routing_key", "teachers", "skip_gated", "mask_key", "output_key")
 
 
-class RecipeError(ValueError):
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("invalid recipe:\n  - " + "\n  - ".join(self.problems))
-
-
 def _section(config: DictConfig, path: str):
     return OmegaConf.select(config, path, default=None)
 
@@ -146,8 +140,8 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDGateConfig, warning
 
 
 def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
+    from verl_mopd.errors import ConfigError
     from verl_mopd.teachers.config import (
-        TeacherConfigError,
         TeachersConfig,
         validate_platforms,
         validate_temperature,
@@ -164,7 +158,7 @@ def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]
         return
     try:
         teachers = TeachersConfig.from_mapping(teachers_block)
-    except TeacherConfigError as exc:
+    except ConfigError as exc:
         problems.extend(exc.errors)
         return
     problems.extend(validate_temperature(_section(config, "actor_rollout_ref.rollout.temperature")))

@@ -25,7 +25,8 @@ import time
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.workers.engine_workers import TrainingWorker
 
-from verl_mopd.teachers.config import TeacherConfig, TeacherConfigError
+from verl_mopd.errors import ConfigError
+from verl_mopd.teachers.config import TeacherConfig
 from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import CALL_INFO, TEACHER_MESH, teacher_output
 
@@ -35,9 +36,9 @@ __all__ = ["teacher_blocks", "worker_config_from_blocks", "training_worker_confi
 
 def _check_teacher(cfg: TeacherConfig) -> None:
     if cfg.backend != "megatron":
-        raise TeacherConfigError([f"mopd.teachers.{cfg.platform}.backend={cfg.backend!r}: expected 'megatron'"])
+        raise ConfigError([f"mopd.teachers.{cfg.platform}.backend={cfg.backend!r}: expected 'megatron'"], "mopd.teachers config")
     if cfg.dtype not in ("bfloat16", "float16"):
-        raise TeacherConfigError(
+        raise ConfigError(
             [f"mopd.teachers.{cfg.platform}.dtype={cfg.dtype!r}: verl's Megatron engine allows ['bfloat16', 'float16']"]
         )
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_mopd.teachers.config import TeacherConfigError, TeachersConfig
+from verl_mopd.errors import ConfigError
+from verl_mopd.teachers.config import TeachersConfig
 
 __all__ = ["to_distillation_config", "to_hydra_overrides", "build_verl_distillation_config",
            "verl_teacher_inference_defaults"]
@@ -49,7 +50,7 @@ def to_distillation_config(teachers: TeachersConfig, inference_defaults: dict | 
             "n_gpus_per_node for all server teachers"
         )
     if errors:
-        raise TeacherConfigError(errors)
+        raise ConfigError(errors, "mopd.teachers config")
     models = {}
     for platform, c in teachers.teachers.items():
         # verl drops its own `teacher_model` entry (and its inference defaults) when several teachers
