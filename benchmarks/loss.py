@@ -14,7 +14,6 @@ import statistics
 import time
 
 import torch
-
 from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 
 from verl_mopd.losses import k3_kl

@@ -41,8 +41,8 @@ def main():
     from transformers import AutoModelForCausalLM
     from verl.protocol import DataProto
 
+    from verl_mopd.config import MOPDConfig
     from verl_mopd.teachers.backends.hf import rows_from_batch, score_rows
-    from verl_mopd.teachers.config import TeachersConfig
     from verl_mopd.teachers.group import PlatformTeacherGroup
     from verl_mopd.teachers.router import merge, routing_keys, split, take_rows
 
@@ -67,7 +67,7 @@ def main():
           f"overhead ratio {t_route / t_fwd:.4f}")
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    cfg = TeachersConfig.from_mapping({"teachers": {
+    cfg = MOPDConfig.from_mapping({"teachers": {
         p: {"model_path": v, "device": "cpu", "dtype": "float32"} for p, v in paths.items()}})
     group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1)
     halves = {p: DataProto.from_dict(tensors={k: v[torch.as_tensor(r)] for k, v in tensors.items()},

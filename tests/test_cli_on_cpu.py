@@ -33,8 +33,8 @@ def test_score_command(capsys):
 
 def test_validate_recipe_command_exit_codes(tmp_path, capsys):
     assert cli.main(["validate-recipe", SMALL]) == 0
-    assert cli.main(["validate-recipe", SMALL, "mopd.beta=-1"]) == 1
-    assert "mopd.beta=-1" in capsys.readouterr().err
+    assert cli.main(["validate-recipe", SMALL, "+mopd.tau_k1=0.5"]) == 1
+    assert "mopd.tau_k1: unknown key; did you mean mopd.tau_kl?" in capsys.readouterr().err
     assert cli.main(["validate-recipe", str(tmp_path / "nope.yaml")]) == 2
 
 

@@ -4,18 +4,25 @@
   knobs; select it in YAML with ``distillation.distillation_loss._target_:
   verl_mopd.config.MOPDDistillationLossConfig`` (our ``trainer/config/mopd.yaml`` does). Without
   it, ``mopd_k3`` uses the same defaults (``verl_mopd.losses.K3_*``).
-- :class:`MOPDGateConfig` is the driver-side ``mopd.*`` gate block read by
-  ``verl_mopd.trainer.gate``.
+- :class:`MOPDConfig` owns the whole ``mopd:`` block (the reward gate of ``verl_mopd.trainer.gate``
+  and the teachers of ``verl_mopd.teachers``) and refuses unknown keys; beta is verl's own
+  ``distillation_loss_coef``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
 from verl.base_config import BaseConfig
 from verl.workers.config import DistillationLossConfig
 
-from verl_mopd.losses import K3_CLAMP_BELOW, K3_LINEAR_ABOVE
+from verl_mopd.errors import ConfigError
+from verl_mopd.losses import K3_CLAMP_BELOW, K3_LINEAR_ABOVE, KL_MASK_KEY, TEACHER_LOGPROBS_KEY
 
 GATE_NORMALIZATIONS = ("all", "kept")
 
@@ -65,37 +72,96 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
         super().__post_init__()
 
 
-@dataclass
-class MOPDGateConfig(BaseConfig):
-    """The adaptive reward gate (``mopd.*`` keys), computed on the driver each step.
+#: keys that earlier versions read from the ``mopd`` block -> what to do instead
+REMOVED_KEYS = {
+    "beta": "beta is verl's distillation.distillation_loss.distillation_loss_coef (UI-MOPD: 0.01); set that instead",
+    "platform_key": "the platform column has one name, mopd.routing_key; set that instead",
+    "mask_key": f"the gate is always stored as {KL_MASK_KEY!r}, the field the loss reads; delete the key",
+    "output_key": f"teacher log-probs are always stored as {TEACHER_LOGPROBS_KEY!r}, the field the loss reads; "
+                  "delete the key",
+}
 
-    enable (bool): compute and write ``mopd_kl_mask``; off = KL on for every sample.
+
+@dataclass
+class MOPDConfig(BaseConfig):
+    """The whole ``mopd:`` block: the reward gate (computed on the driver each step) and the teachers.
+
+    enable (bool): compute and store the gate ``mopd_kl_mask``; off = KL on for every sample.
     tau_kl (float): KL off for every rollout of a group whose mean ``gate_metric`` exceeds this.
-        Default 0.1 with ``gate_metric=acc``: the public UI-MOPD run (``kl_threshold=0.1``).
+        Default 0.5 on ``acc``: every shipped run; the public release's ``kl_threshold=0.1`` gate
+        would switch the KL off for every group its filter keeps (docs/reproduce.md).
     gate_metric (str): ``rm_scores`` (the task score, summed over tokens) or the name of a reward
         extra returned by the reward function (``acc``: 1.0 iff the action is fully correct).
     group_key (str): the stored field holding the GRPO group id (verl's ``uid``).
     normalization (str): ``all``: gated-off samples count as zeros in the token-mean (the
         denominator is every response token: verl's own aggregation, exact under any parallelism);
         ``kept``: they are excluded (the denominator is the kept tokens). See ``trainer/gate.py``.
-    platform_key (str | None): stored field with the platform tag, for per-platform metrics.
-    kl_skip_thought (bool): KL only on the tokens after the last ``</think>`` of the response.
+    kl_skip_thought (bool): KL only on the tokens after the last ``think_end_token`` of the response.
     think_end_token (str): the token that closes the reasoning block.
+    routing_key (str): the top-level dataset column with each rollout's platform: teacher routing,
+        per-platform metrics and the quota sampler's ``domain_key`` (which interpolates it).
+    teachers (dict[str, TeacherConfig]): one teacher per platform (``verl_mopd.teachers.config``).
+    skip_gated (bool): send samples whose gate is off to no teacher.
+
+    Beta is verl's ``distillation.distillation_loss.distillation_loss_coef``. Build it from a run
+    config with :meth:`from_mapping`, which refuses unknown and removed keys.
     """
 
     enable: bool = True
-    tau_kl: float = 0.1
+    tau_kl: float = 0.5
     gate_metric: str = "acc"
     group_key: str = "uid"
     normalization: str = "all"
-    platform_key: str | None = "platform"
     kl_skip_thought: bool = False
     think_end_token: str = "</think>"
+    routing_key: str = "platform"
+    teachers: dict = field(default_factory=dict)
+    skip_gated: bool = True
 
     def __post_init__(self):
+        from verl_mopd.teachers.config import build_teachers
+
+        errors = []
         if self.normalization not in GATE_NORMALIZATIONS:
-            raise ValueError(f"mopd.normalization={self.normalization!r}: allowed values are {GATE_NORMALIZATIONS}")
-        if not isinstance(self.tau_kl, int | float) or self.tau_kl != self.tau_kl:
-            raise ValueError(f"mopd.tau_kl={self.tau_kl!r}: must be a finite number")
+            errors.append(f"mopd.normalization={self.normalization!r}: allowed values are {list(GATE_NORMALIZATIONS)}")
+        if isinstance(self.tau_kl, bool) or not isinstance(self.tau_kl, int | float) or not math.isfinite(self.tau_kl):
+            errors.append(f"mopd.tau_kl={self.tau_kl!r}: must be a finite number")
         if not self.gate_metric:
-            raise ValueError("mopd.gate_metric is empty: use 'rm_scores' or a reward extra such as 'acc'")
+            errors.append("mopd.gate_metric is empty: use 'rm_scores' or a reward extra such as 'acc'")
+        if not self.routing_key:
+            errors.append("mopd.routing_key is empty: name the dataset column with the platform tag")
+        teachers, teacher_errors = build_teachers(self.teachers or {})
+        errors.extend(teacher_errors)
+        if errors:
+            raise ConfigError(errors, "mopd block")
+        object.__setattr__(self, "teachers", teachers)
+
+    @property
+    def platforms(self) -> list[str]:
+        """The platforms that have a teacher, in the block's order."""
+        return list(self.teachers)
+
+    @classmethod
+    def from_mapping(cls, block: Mapping[str, Any] | None) -> MOPDConfig:
+        """Build from a plain dict or an OmegaConf ``mopd`` block; unknown or removed keys are errors.
+
+        An unknown key names the nearest real key (``mopd.tau_k1`` -> ``mopd.tau_kl``); a removed key
+        says what replaced it. Every problem of the block is reported at once (``ConfigError``).
+        """
+        if block is None:
+            block = {}
+        if isinstance(block, DictConfig):
+            block = OmegaConf.to_container(block, resolve=True)
+        block = {str(k): v for k, v in dict(block).items() if k != "_target_"}
+        allowed = [f.name for f in fields(cls) if not f.name.startswith("_")]
+        errors = []
+        for key in block:
+            if key in REMOVED_KEYS:
+                errors.append(f"mopd.{key} was removed: {REMOVED_KEYS[key]}")
+            elif key not in allowed:
+                near = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = f"did you mean mopd.{near[0]}? " if near else ""
+                errors.append(f"mopd.{key}: unknown key; {hint}allowed: {', '.join(allowed)}")
+        if errors:
+            raise ConfigError(errors, "mopd block")
+        return cls(**block)

@@ -347,6 +347,8 @@ def _nothing_counts(mask: torch.Tensor, loss_agg_mode: str, global_batch_info: d
 #: Per-sample batch keys written on the driver (``verl_mopd.trainer.gate``) and read here.
 KL_MASK_KEY = "mopd_kl_mask"
 KL_START_KEY = "mopd_kl_start"
+#: where the teacher group stores the teachers' log-probs of the sampled tokens (verl's name)
+TEACHER_LOGPROBS_KEY = "teacher_logprobs"
 
 
 def _padded(data, key: str) -> torch.Tensor | None:
@@ -388,7 +390,7 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
             "use_policy_gradient=false, or use loss_mode=k1 for the policy-gradient (reverse KL) variant."
         )
     student = no_padding_2_padding(model_output["log_probs"], data)
-    teacher = no_padding_2_padding(data["teacher_logprobs"], data).squeeze(-1)
+    teacher = no_padding_2_padding(data[TEACHER_LOGPROBS_KEY], data).squeeze(-1)
     response_mask = _padded(data, "response_mask").bool()
     if teacher.shape != student.shape:
         raise ValueError(

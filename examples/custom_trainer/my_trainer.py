@@ -36,7 +36,7 @@ class MyMOPDTrainer(PPOTrainerSync):
     def __init__(self, config):
         hooks.set_verl_trainer_mode(config, "sync")  # else verl would treat "my_mopd_sync" as async
         super().__init__(config)
-        self.mopd_gate = hooks.gate_config_from(config)
+        self.mopd_config = hooks.mopd_config_from(config)
         self.mopd_teachers = None
 
     def on_init_end(self):
@@ -44,7 +44,7 @@ class MyMOPDTrainer(PPOTrainerSync):
         super().on_init_end()  # verl's: push the (possibly resumed) weights to the rollout replicas
 
     def _compute_advantage(self, batch, metrics):
-        metrics.update(hooks.write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.mopd_teachers))
+        metrics.update(hooks.write_gate_and_teacher_logprobs(self, batch, self.mopd_config, self.mopd_teachers))
         return super()._compute_advantage(batch, metrics)
 
 

@@ -76,12 +76,10 @@ def step_batch(rows: list[dict], n: int, seed: int) -> tuple[TensorDict, list[di
 def main(argv: list[str] | None = None) -> dict:
     import pyarrow.parquet as pq
 
-    from verl_mopd.config import MOPDGateConfig
+    from verl_mopd.config import MOPDConfig
     from verl_mopd.losses import KL_MASK_KEY
-    from verl_mopd.teachers.config import TeachersConfig
     from verl_mopd.teachers.router import merge, routing_keys, split
     from verl_mopd.trainer.gate import compute_kl_gate
-    from verl_mopd.trainer.validate import TEACHER_KEYS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(HERE / "data" / "train.parquet"), help="make_data.py output")
@@ -93,25 +91,24 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"{args.data} not found: run python examples/multi_domain_text/make_data.py first")
 
     block = recipe_mopd_block()
-    gate_cfg = MOPDGateConfig(**{k: v for k, v in block.items() if k in MOPDGateConfig.__dataclass_fields__})
-    teachers = TeachersConfig.from_mapping({k: v for k, v in block.items() if k in TEACHER_KEYS})
+    mopd = MOPDConfig.from_mapping(block)  # the whole mopd block: the gate and the teachers
     rows = pq.read_table(args.data).slice(0, args.prompts).to_pylist()
     data, _ = step_batch(rows, args.n, args.seed)
 
-    fields, metrics = compute_kl_gate(gate_cfg, data)
+    fields, metrics = compute_kl_gate(mopd, data)
     gate = fields[KL_MASK_KEY]                                     # (bs,) per sample, from whole groups
-    domains = routing_keys(data, teachers.routing_key)             # (bs,) the routing column
-    routed = split(domains, known=teachers.platforms)              # refuses a domain without a teacher
+    domains = routing_keys(data, mopd.routing_key)             # (bs,) the routing column
+    routed = split(domains, known=mopd.platforms)              # refuses a domain without a teacher
     # each teacher's output comes back to its own rows (here the "teacher output" is the row index)
     outputs = {d: torch.as_tensor(rows_d, dtype=torch.float32) for d, rows_d in routed.items()}
     back = merge(outputs, routed, len(domains))
     assert back.tolist() == list(range(len(domains)))
 
-    print(f"one step: {args.prompts} prompts x {args.n} rollouts, routed by `{teachers.routing_key}`; "
-          f"gate on {gate_cfg.gate_metric}: K3 off for groups with mean > tau_kl={gate_cfg.tau_kl}")
+    print(f"one step: {args.prompts} prompts x {args.n} rollouts, routed by `{mopd.routing_key}`; "
+          f"gate on {mopd.gate_metric}: K3 off for groups with mean > tau_kl={mopd.tau_kl}")
     print(f"{'domain':<11} {'teacher':<32} {'rollouts':>8} {'acc':>5} {'KL on':>6}")
     summary = {}
-    for d, teacher in teachers.teachers.items():
+    for d, teacher in mopd.teachers.items():
         rows_d = torch.as_tensor(domains == d)
         summary[d] = {"rollouts": len(routed.get(d, ())), "acc": float(data["acc"][rows_d].mean()),
                       "kl_on": metrics[f"mopd/kl_mask_on_fraction/{d}"]}

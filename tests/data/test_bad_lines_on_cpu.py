@@ -11,10 +11,10 @@ from _data_helpers import read_jsonl_dicts, record, relative, write_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from verl_mopd.data.clean import CleanConfig, clean, clean_report
 from verl_mopd.data.cli import main as prepare_main
 from verl_mopd.data.convert import ConvertConfig, trajectory_rows
 from verl_mopd.data.schema import PARSE, SchemaError, drop_duplicate_ids, read_jsonl
-from verl_mopd.data.clean import CleanConfig, clean, clean_report
 
 
 def _good(root: str, tid: str, **over) -> dict:
@@ -265,8 +265,9 @@ def test_fuzz_control_is_kept(base_record):
 
 def test_android_control_tfrecord_episodes_with_png_bytes(tmp_path, monkeypatch):
     """The TFRecord path after tensorflow's parse (tensorflow is not installed here: its record dicts are given)."""
-    import verl_mopd.data.readers as readers
     from _data_helpers import png_bytes
+
+    import verl_mopd.data.readers as readers
 
     shots = [png_bytes((27, 60), (i, 5, 5)) for i in range(3)]
     good = {"episode_id": 11, "goal": "g", "screenshots": shots, "screenshot_widths": [27] * 3,

@@ -8,10 +8,10 @@ import zlib
 import pytest
 from _data_helpers import png, png_bytes, read_jsonl_dicts, record, write_lines
 
+from verl_mopd.data.clean import CleanConfig, check_structure, clean
 from verl_mopd.data.cli import main as prepare_main
 from verl_mopd.data.images import ImageIndex, inspect_image
 from verl_mopd.data.schema import Step, Trajectory, trajectory_from_dict
-from verl_mopd.data.clean import CleanConfig, check_structure, clean
 
 GOOD = png_bytes((64, 48), (10, 120, 230))
 

@@ -6,9 +6,16 @@ import pytest
 from _data_helpers import record
 from local_http import LocalJSONServer, RawServer, http_response
 
-from verl_mopd.data.judges import JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge, Verdict, parse_verdict_text
-from verl_mopd.data.schema import trajectory_from_dict
 from verl_mopd.data.clean import CleanConfig, clean
+from verl_mopd.data.judges import (
+    JudgeConfig,
+    JudgeError,
+    OfflineJudge,
+    OpenAIJudge,
+    Verdict,
+    parse_verdict_text,
+)
+from verl_mopd.data.schema import trajectory_from_dict
 
 
 class _Server(LocalJSONServer):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from verl_mopd.data.clean import CleanConfig, clean
 from verl_mopd.data.readers import (
     agentnet_to_trajectory,
     android_control_action,
@@ -20,7 +21,6 @@ from verl_mopd.data.readers import (
     read_agentnet,
 )
 from verl_mopd.data.schema import SchemaError, step_action
-from verl_mopd.data.clean import CleanConfig, clean
 
 PYAUTOGUI = [
     ("pyautogui.click(x=0.018, y=0.508)", {"action": "left_click", "coordinate": [0.018, 0.508]}),
@@ -202,8 +202,8 @@ def _code(draw):
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(_code(), st.text(max_size=60)))
 def test_pyautogui_never_raises_and_the_rule_reports_it(code):
-    from verl_mopd.data.schema import Step, Trajectory
     from verl_mopd.data.clean import check_action_space
+    from verl_mopd.data.schema import Step, Trajectory
 
     action = pyautogui_to_action(code)
     assert isinstance(action, dict) and isinstance(action["action"], str)

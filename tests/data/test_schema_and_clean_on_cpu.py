@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from _data_helpers import record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from _data_helpers import record
+from verl_mopd.data.clean import RULES, CleanConfig, check_structure, clean, clean_report, format_report
 from verl_mopd.data.fixtures import make_fixture
 from verl_mopd.data.schema import (
     SchemaError,
@@ -21,7 +22,6 @@ from verl_mopd.data.schema import (
     trajectory_to_dict,
     write_jsonl,
 )
-from verl_mopd.data.clean import RULES, CleanConfig, check_structure, clean, clean_report, format_report
 from verl_mopd.rewards.actions import ActionError
 
 

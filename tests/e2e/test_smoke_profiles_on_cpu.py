@@ -52,7 +52,7 @@ OUTPUTS = ["trainer.logger"]  # where the metrics go (verl's file logger for the
 #: the method: the profile must leave every one of these exactly as the recipe has it
 METHOD = [
     "algorithm.*", "reward.custom_reward_function.*", "distillation.distillation_loss.*", "distillation.enabled",
-    "distillation.teacher_key", "mopd.beta", "mopd.enable",
+    "distillation.teacher_key", "mopd.enable",
     "mopd.tau_kl", "mopd.gate_metric", "mopd.group_key", "mopd.normalization", "mopd.routing_key",
     "mopd.kl_skip_thought", "trainer.v1.trainer_mode", "trainer.v1.sampler.custom_sampler.*",
     "trainer.v1.sampler.sampler_kwargs.quota.*", "trainer.v1.sampler.sampler_kwargs.uniform_groups",

@@ -47,14 +47,14 @@ def test_its_recipe_names_the_trainer_and_the_setup_hook_that_registers_it():
     assert cfg.trainer.v1.trainer_mode == my_trainer.TRAINER_NAME
     hook = cfg.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook
     assert load_class(hook) is my_trainer.register
-    assert hooks.teachers_config_from(cfg).platforms == ["desktop", "mobile"]
+    assert hooks.mopd_config_from(cfg).platforms == ["desktop", "mobile"]
 
 
 def test_keeps_verl_sync_semantics_under_its_own_name():
     trainer = my_trainer.MyMOPDTrainer(compose_recipe(str(EXAMPLE / "my_mopd.yaml")))
     assert trainer.trainer_mode == "sync"
     assert type(trainer.replay_buffer) is ReplayBuffer  # verl picks ReplayBufferAsync for any other name
-    assert trainer.mopd_gate.tau_kl == 0.5
+    assert trainer.mopd_config.tau_kl == 0.5
 
 
 class _Recorder:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from tensordict import NonTensorStack, TensorDict
 
-from verl_mopd.config import MOPDGateConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.backends.server import build_verl_distillation_config
 from verl_mopd.teachers.router import UnknownRouteError, merge, routing_keys, split
 from verl_mopd.trainer import hooks
@@ -112,7 +112,7 @@ def test_recipe_validates_with_three_domains_and_three_teachers(data_dir, capsys
     assert sum("mopd.teachers." in w for w in missing) == 3 and "Qwen/Qwen3-0.6B" in missing[-1]
     assert any("not compared with the student's" in w and "Qwen/Qwen3-0.6B" in w for w in warned)
     cfg = _compose(data_dir)
-    teachers = hooks.teachers_config_from(cfg)
+    teachers = hooks.mopd_config_from(cfg)
     assert teachers.platforms == DOMAINS and teachers.routing_key == "domain"
     assert {t.backend for t in teachers.teachers.values()} == {"server"}
     assert cfg.trainer.v1.trainer_mode == "mopd_sync" and cfg.distillation.distillation_loss.loss_mode == "mopd_k3"
@@ -142,7 +142,7 @@ def test_verls_teacher_loop_block_equals_the_translation_of_the_mopd_teachers(da
     cfg = _compose(data_dir)
     verl_cfg = omega_conf_to_dataclass(cfg.distillation)  # verl's own checks: keys, pool sum
     ours = build_verl_distillation_config(
-        hooks.teachers_config_from(cfg), rollout=cfg.actor_rollout_ref.rollout,
+        hooks.mopd_config_from(cfg), rollout=cfg.actor_rollout_ref.rollout,
         distillation_loss=OmegaConf.to_container(cfg.distillation.distillation_loss, resolve=True))
     assert verl_cfg.teacher_key == ours.teacher_key == "domain"
     assert (verl_cfg.n_gpus_per_node, verl_cfg.nnodes) == (ours.n_gpus_per_node, ours.nnodes) == (1, 3)
@@ -202,7 +202,7 @@ def test_router_and_gate_with_three_to_six_routing_values(case):
         split(routing_keys(data, "domain"), known=domains[:-1])
 
     # gate: float64 group means, whole groups across the batch; metrics per routing value
-    cfg = MOPDGateConfig(tau_kl=tau, gate_metric="acc", platform_key="domain")
+    cfg = MOPDConfig(tau_kl=tau, gate_metric="acc", routing_key="domain")
     fields, metrics = compute_kl_gate(cfg, data)
     mean = {u: np.mean([a for v, a in zip(uids, acc) if v == u], dtype=np.float64) for u in set(uids)}
     want = [float(mean[u] <= tau) for u in uids]

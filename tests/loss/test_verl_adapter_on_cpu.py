@@ -17,7 +17,8 @@ from verl.workers.utils.losses import ppo_loss
 from _microbatch import build_microbatch
 from _tq_memory import InMemoryTQ
 from verl_mopd import losses, plugin
-from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
+from verl_mopd.config import MOPDDistillationLossConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.losses import compute_mopd_k3, k3_kl
 from verl_mopd.trainer.gate import compute_kl_gate, write_kl_gate
 
@@ -400,7 +401,7 @@ def _store_step(tq, n_groups=3, n=4, *, with_extras=True, seed=0):
 def test_write_kl_gate_with_an_in_memory_transfer_queue():
     tq = InMemoryTQ()
     batch = _store_step(tq)
-    metrics = write_kl_gate(batch, MOPDGateConfig(tau_kl=0.1, gate_metric="acc"), tq=tq)
+    metrics = write_kl_gate(batch, MOPDConfig(tau_kl=0.1, gate_metric="acc"), tq=tq)
     stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
     assert stored["mopd_kl_mask"].tolist() == [1.0] * 4 + [0.0] * 8  # means 0 | 0.25 | 1 vs tau 0.1
     assert tq.calls == ["kv_batch_put", "kv_batch_get", "kv_batch_put", "kv_batch_get"]
@@ -413,7 +414,7 @@ def test_write_kl_gate_with_an_in_memory_transfer_queue():
     assert metrics["mopd/response_length/mobile"] > 0
 
     # the task score as gate metric: group means -0.5 | -0.125 | 1.0 vs tau 0.0
-    write_kl_gate(batch, MOPDGateConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)
+    write_kl_gate(batch, MOPDConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)
     stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
     assert stored["mopd_kl_mask"].tolist() == [1.0] * 8 + [0.0] * 4
 
@@ -425,7 +426,7 @@ def test_gate_kept_normalization_skip_thought_and_padding():
         keys=batch.keys, partition_id="train",
         select_fields=["uid", "response_mask", "responses", "extra_fields", "platform"],
     )
-    cfg = MOPDGateConfig(tau_kl=0.1, normalization="kept", kl_skip_thought=True)
+    cfg = MOPDConfig(tau_kl=0.1, normalization="kept", kl_skip_thought=True)
     fields, _ = compute_kl_gate(cfg, data, think_end_token_id=99)
     lens = data["response_mask"].offsets().diff()
     assert fields["mopd_kl_start"].tolist() == [1] * 12
@@ -439,7 +440,7 @@ def test_gate_kept_normalization_skip_thought_and_padding():
     data2 = tq.kv_batch_get(keys=batch.keys, partition_id="train",
                             select_fields=["uid", "response_mask", "extra_fields"])
     is_padding = [False] * 11 + [True]
-    fields, metrics = compute_kl_gate(MOPDGateConfig(tau_kl=0.1), data2, is_padding=is_padding)
+    fields, metrics = compute_kl_gate(MOPDConfig(tau_kl=0.1), data2, is_padding=is_padding)
     assert fields["mopd_kl_mask"][-1] == 0.0
     assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 11)
 
@@ -455,7 +456,7 @@ def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
     rows = [torch.cat([r[:1] * 0 + 5, r[1:]]) for r in data["responses"].unbind(0)]  # remove every </think>
     data["responses"] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
     limit = int(lens.max())
-    cfg = MOPDGateConfig(tau_kl=1.0, kl_skip_thought=True)
+    cfg = MOPDConfig(tau_kl=1.0, kl_skip_thought=True)
     fields, metrics = compute_kl_gate(cfg, data, think_end_token_id=99, max_response_length=limit)
     width = int(lens.max())
     want = [width if int(n) >= limit else 0 for n in lens]
@@ -467,6 +468,6 @@ def test_gate_errors_name_the_field():
     tq = InMemoryTQ()
     batch = _store_step(tq)
     with pytest.raises(KeyError, match="mopd.gate_metric='format_ok'"):
-        write_kl_gate(batch, MOPDGateConfig(gate_metric="format_ok"), tq=tq)
+        write_kl_gate(batch, MOPDConfig(gate_metric="format_ok"), tq=tq)
     with pytest.raises(ValueError, match="mopd.normalization='tokens'"):
-        MOPDGateConfig(normalization="tokens")
+        MOPDConfig(normalization="tokens")

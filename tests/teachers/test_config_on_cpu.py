@@ -6,16 +6,16 @@ from verl_mopd.teachers.backends.server import build_verl_distillation_config, t
 from verl_mopd.errors import ConfigError
 from verl_mopd.teachers.config import (
     TeacherConfig,
-    TeachersConfig,
     validate_before_load,
     validate_platforms,
     validate_pools,
     validate_tokenizers,
 )
+from verl_mopd.config import MOPDConfig
 
 
 def _teachers(backend="hf", **kw):
-    return TeachersConfig.from_mapping({"teachers": {
+    return MOPDConfig.from_mapping({"teachers": {
         "desktop": {"model_path": "/ckpt/d", "backend": backend, **kw},
         "mobile": {"model_path": "/ckpt/m", "backend": backend, **kw}}})
 
@@ -33,7 +33,7 @@ def test_bad_field_names_key_and_allowed_values(field, value, match):
 
 def test_all_errors_collected_and_unknown_key_named():
     with pytest.raises(ConfigError) as exc:
-        TeachersConfig.from_mapping({"teachers": {"desktop": {"model_path": "", "backend": "x"},
+        MOPDConfig.from_mapping({"teachers": {"desktop": {"model_path": "", "backend": "x"},
                                                   "mobile": {"model_path": "/m", "tp": 2}}})
     text = str(exc.value)
     assert "desktop.model_path" in text and "desktop.backend='x'" in text and "mobile" in text and "'tp'" in text
@@ -93,7 +93,7 @@ def test_server_block_builds_verl_distillation_config():
 
 def test_server_and_worker_backends_cannot_mix():
     with pytest.raises(ConfigError, match="mixed"):
-        TeachersConfig.from_mapping({"teachers": {"desktop": {"model_path": "/d", "backend": "server"},
+        MOPDConfig.from_mapping({"teachers": {"desktop": {"model_path": "/d", "backend": "server"},
                                                   "mobile": {"model_path": "/m", "backend": "hf"}}})
 
 

@@ -23,7 +23,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 
 from verl_mopd.teachers.backends.hf import load_teacher_model, rows_from_batch, score_rows
-from verl_mopd.teachers.config import TeachersConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode, tensordict_nbytes
 from verl_mopd.teachers.group import PlatformTeacherGroup
 from verl_mopd.teachers.layout import MEGATRON_TEACHER_FIELDS, TEACHER_FIELDS, TEACHER_MESH, teacher_output
@@ -67,8 +67,7 @@ class TPShapedTeacher(FetchOnceWorker, Worker):
             seq = torch.zeros(len(row.tokens))
             seq[len(row.tokens) - 1 - row.n_response : len(row.tokens) - 1] = lp
             full.append(seq)
-        return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, 0.0,
-                              "teacher_logprobs")
+        return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, 0.0)
 
     @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
     def compute_teacher_log_prob(self, shard):
@@ -111,7 +110,7 @@ def _group(cls, path):
 @pytest.fixture(scope="module")
 def tp_teacher(ray_tq, tmp_path_factory):
     path = save_tiny_vl(tmp_path_factory.mktemp("tp") / "desktop", seed=11)
-    cfg = TeachersConfig.from_mapping({"teachers": {
+    cfg = MOPDConfig.from_mapping({"teachers": {
         "desktop": {"model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32"}}})
     return cfg, path, AutoModelForImageTextToText.from_pretrained(path).eval()
 

@@ -9,7 +9,7 @@ from _teacher_tiny import direct_logprobs, padded_batch, save_tiny_lm
 from transformers import AutoModelForCausalLM
 from verl.protocol import DataProto
 
-from verl_mopd.teachers.config import TeachersConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
 from verl_mopd.teachers.router import UnknownRouteError
 
@@ -22,7 +22,7 @@ def setup(ray_tq, tmp_path_factory):
     root = tmp_path_factory.mktemp("teachers")
     paths = {"desktop": save_tiny_lm(root / "desktop", seed=11, **BIG),
              "mobile": save_tiny_lm(root / "mobile", seed=22, **BIG)}
-    cfg = TeachersConfig.from_mapping({"teachers": {
+    cfg = MOPDConfig.from_mapping({"teachers": {
         p: {"model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "micro_batch_tokens": 4096}
         for p, path in paths.items()}})
     group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1)

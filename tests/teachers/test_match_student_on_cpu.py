@@ -10,7 +10,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3VLConfig
 
 from verl_mopd.errors import ConfigError
-from verl_mopd.teachers.config import TeachersConfig, compare_with_student
+from verl_mopd.teachers.config import compare_with_student
+from verl_mopd.config import MOPDConfig
 from verl_mopd.trainer.validate import compose_recipe, validate
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -42,7 +43,7 @@ def _checkpoint(path, *, words=WORDS, special=SPECIAL, eos="<|im_end|>", vision=
 
 
 def _teachers(desktop, mobile, backend="hf"):
-    return TeachersConfig.from_mapping({"teachers": {
+    return MOPDConfig.from_mapping({"teachers": {
         "desktop": {"model_path": desktop, "backend": backend, "device": "cpu", "dtype": "float32"},
         "mobile": {"model_path": mobile, "backend": backend, "device": "cpu", "dtype": "float32"}}})
 

@@ -186,7 +186,6 @@ def _worker(tiny, micro_batch_tokens):
     worker = MegatronTeacherWorker.__new__(MegatronTeacherWorker)  # TrainingWorker.__init__ builds the CUDA engine
     worker.config, worker.engine_config, worker.model_config = twc, twc.engine_config, twc.model_config
     worker.device_name, worker.flops_counter, worker.loss_fn = "cpu", None, None
-    worker.output_key = "teacher_logprobs"
     worker.engine = CPUForwardEngine(AutoModelForCausalLM.from_pretrained(tiny).eval())
     return worker
 

@@ -15,7 +15,7 @@ from _teacher_tiny import direct_vl_logprobs, save_tiny_vl, vl_sample
 from tensordict import TensorDict
 from transformers import AutoModelForImageTextToText
 
-from verl_mopd.teachers.config import TeachersConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.group import PlatformTeacherGroup
 from verl_mopd.trainer.hooks import dump_step, score_teachers
 
@@ -48,7 +48,7 @@ class RecordingTQ:
 def teachers(ray_tq, tmp_path_factory):
     root = tmp_path_factory.mktemp("vl_teachers")
     paths = {"desktop": save_tiny_vl(root / "desktop", seed=11), "mobile": save_tiny_vl(root / "mobile", seed=22)}
-    cfg = TeachersConfig.from_mapping({"teachers": {
+    cfg = MOPDConfig.from_mapping({"teachers": {
         "desktop": {"model_path": paths["desktop"], "backend": "hf", "device": "cpu", "dtype": "float32",
                     "n_gpus_per_node": 2, "micro_batch_tokens": 256},
         "mobile": {"model_path": paths["mobile"], "backend": "hf", "device": "cpu", "dtype": "float32"}}})

@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import verl_mopd
-from verl_mopd.config import MOPDGateConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.demo.models import build_tokenizer
 from verl_mopd.trainer import hooks, mopd_trainer
 
@@ -31,11 +31,11 @@ def test_set_verl_trainer_mode_returns_the_registered_name():
 
 def test_think_end_token_id():
     tok = build_tokenizer(["</think> <answer> a"])
-    assert hooks.think_end_token_id(tok, MOPDGateConfig()) is None  # kl_skip_thought off: tokenizer unused
-    on = MOPDGateConfig(kl_skip_thought=True)
+    assert hooks.think_end_token_id(tok, MOPDConfig()) is None  # kl_skip_thought off: tokenizer unused
+    on = MOPDConfig(kl_skip_thought=True)
     assert hooks.think_end_token_id(tok, on) == tok.convert_tokens_to_ids("</think>")
     with pytest.raises(ValueError, match=r"mopd.think_end_token='</reasoning>' is not a single token"):
-        hooks.think_end_token_id(tok, MOPDGateConfig(kl_skip_thought=True, think_end_token="</reasoning>"))
+        hooks.think_end_token_id(tok, MOPDConfig(kl_skip_thought=True, think_end_token="</reasoning>"))
 
 
 class _Trainer:
@@ -55,9 +55,9 @@ def test_no_worker_teachers_no_group_and_the_loss_left_to_verl(overrides):
 
 
 def test_config_readers():
-    cfg = _compose([*SERVER, "mopd.tau_kl=0.3", "+mopd.routing_key=task"])
-    assert hooks.gate_config_from(cfg).tau_kl == 0.3
-    teachers = hooks.teachers_config_from(cfg)
+    cfg = _compose([*SERVER, "mopd.tau_kl=0.3", "mopd.routing_key=task"])
+    assert hooks.mopd_config_from(cfg).tau_kl == 0.3
+    teachers = hooks.mopd_config_from(cfg)
     assert teachers.platforms == ["a", "b"] and teachers.routing_key == "task"
     verl_k3 = ["distillation.distillation_loss._target_=verl.workers.config.DistillationLossConfig",
                "distillation.distillation_loss.loss_mode=k3"]
@@ -69,7 +69,7 @@ def test_config_readers():
 
 def test_our_trainer_uses_the_public_hooks():
     assert score_teachers_is_public()
-    for name in ("gate_config_from", "teachers_config_from", "distillation_loss_fn", "setup_teachers_and_loss",
+    for name in ("mopd_config_from", "distillation_loss_fn", "setup_teachers_and_loss",
                  "write_gate_and_teacher_logprobs", "set_verl_trainer_mode"):
         assert getattr(mopd_trainer, name) is getattr(hooks, name), name
     assert set(hooks.__all__) <= set(dir(hooks)), "hooks.__all__ names what hooks does not define"

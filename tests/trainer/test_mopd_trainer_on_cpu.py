@@ -12,7 +12,8 @@ from tensordict import NonTensorStack, TensorDict
 import verl_mopd
 from _tq_memory import InMemoryTQ
 from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base
-from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
+from verl_mopd.config import MOPDDistillationLossConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.trainer import mopd_trainer
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
@@ -32,14 +33,16 @@ def compose_mopd(overrides=()):
 def test_yaml_defaults_equal_the_dataclass_defaults():
     cfg = compose_mopd()
     mopd = OmegaConf.to_container(cfg.mopd, resolve=True)
-    for f in dataclasses.fields(MOPDGateConfig):
-        if not f.name.startswith("_"):
-            assert mopd[f.name] == f.default, f.name
+    fields = [f for f in dataclasses.fields(MOPDConfig) if not f.name.startswith("_")]
+    assert sorted(mopd) == sorted(f.name for f in fields if f.name != "teachers"), "mopd_base.yaml vs MOPDConfig"
+    for f in (f for f in fields if f.name != "teachers"):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert mopd[f.name] == default, f.name
     loss = OmegaConf.to_container(cfg.distillation.distillation_loss, resolve=True)
     for name in ("loss_mode", "use_policy_gradient", "loss_max_clamp", "log_prob_min_clamp",
                  "k3_linear_above", "k3_clamp_below", "use_rollout_is_weights"):
         assert loss[name] == MOPDDistillationLossConfig.__dataclass_fields__[name].default, name
-    assert loss["distillation_loss_coef"] == mopd["beta"] == 0.01
+    assert loss["distillation_loss_coef"] == 0.01  # beta has one name: verl's coefficient
 
 
 def test_trainers_are_registered_by_name():
@@ -83,7 +86,7 @@ def _store_step(tq, n_groups=3, n=4):
 def test_compute_advantage_hook_writes_the_gate_then_runs_verl_grpo(monkeypatch):
     tq = InMemoryTQ()
     monkeypatch.setattr(trainer_base, "tq", tq)  # the client verl's trainer code calls
-    trainer = mopd_trainer.MOPDTrainerSync(compose_mopd())
+    trainer = mopd_trainer.MOPDTrainerSync(compose_mopd(["mopd.tau_kl=0.1"]))  # one success in 4 gates off
     batch = _store_step(tq)
     metrics = {}
     trainer._compute_advantage(batch, metrics)
@@ -129,7 +132,7 @@ def test_teacher_logprobs_full_sequence_layout_round_trips_through_verl():
     back = no_padding_2_padding(full, data).squeeze(-1)
     mask = torch.arange(6) < resp_lens[:, None]
     torch.testing.assert_close(back[mask], resp[mask])
-    assert mopd_trainer.teachers_config_from(compose_mopd()) is None  # no teachers block in mopd.yaml
+    assert mopd_trainer.mopd_config_from(compose_mopd()).teachers == {}  # no teachers block in mopd.yaml
 
 
 QUOTA = [

@@ -76,13 +76,16 @@ def two_platform_parquet(tmp_path_factory):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["mopd.beta=-0.5"], "mopd.beta=-0.5: must be a number >= 0"),
+        (["distillation.distillation_loss.distillation_loss_coef=-0.5"],
+         "distillation.distillation_loss.distillation_loss_coef=-0.5 (beta): must be a number >= 0"),
+        (["+mopd.beta=0.01"], "mopd.beta was removed: beta is verl's distillation.distillation_loss.distillation_loss_coef"),
+        (["+mopd.tau_k1=0.5"], "mopd.tau_k1: unknown key; did you mean mopd.tau_kl?"),
         (["distillation.distillation_loss.loss_mode=k9"], "loss_mode='k9' is not a registered distillation loss"),
         (["mopd.teachers.desktop.nnodes=16"], "colocated with the actor but needs 128 devices"),
         (["mopd.teachers.mobile.backend=vllm"], "mopd.teachers.mobile.backend='vllm': allowed values"),
         (["actor_rollout_ref.rollout.temperature=0.7"], "temperature=0.7: must be 1.0"),
         (["mopd.tau=0.3"], None),  # unknown key: hydra itself refuses a new key without '+'
-        (["+mopd.tau=0.3"], "mopd: unknown key(s) ['tau']"),
+        (["+mopd.tau=0.3"], "mopd.tau: unknown key; did you mean mopd.tau_kl?"),
         (["mopd.normalization=tokens"], "mopd.normalization='tokens': allowed values"),
         (["trainer.v1.sampler.sampler_kwargs.quota.shares={desktop: 0.5, mobile: 0.6}"], "sums to"),
         (["~trainer.v1.sampler.sampler_kwargs.quota.shares.mobile", "+trainer.v1.sampler.sampler_kwargs.quota.shares.web=0.5"],
@@ -121,14 +124,19 @@ def test_surviving_group_min_mean():
     assert surviving_group_min_mean((-1.0, -0.5, 1.0), 4, True) == pytest.approx((-3 - 0.5) / 4)
 
 
-def test_entry_point_refuses_a_bad_recipe_before_starting_ray():
+@pytest.mark.parametrize("override, problem", [
+    ("distillation.distillation_loss.distillation_loss_coef=-1",
+     "distillation.distillation_loss.distillation_loss_coef=-1 (beta): must be a number >= 0"),
+    ("+mopd.tau_k1=0.5", "mopd.tau_k1: unknown key; did you mean mopd.tau_kl?"),
+])
+def test_entry_point_refuses_a_bad_recipe_before_starting_ray(override, problem):
     out = subprocess.run(
         [sys.executable, "-m", "verl_mopd.trainer.main", f"--config-path={STAGE2.parent}",
-         f"--config-name={STAGE2.stem}", "mopd.beta=-1"],
+         f"--config-name={STAGE2.stem}", override],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode != 0
-    assert "mopd.beta=-1: must be a number >= 0" in out.stderr
+    assert problem in out.stderr
     assert "ray init" not in out.stdout
 
 

@@ -77,7 +77,7 @@ def test_a_yaml_that_is_no_trainer_config_is_a_problem_not_an_internal_error(tmp
 ])
 def test_the_nearest_real_key_of_a_mistyped_one(typed, nearest):
     config = OmegaConf.create({
-        "mopd": {"beta": 0.01, "tau_kl": 0.1, "gate_metric": "acc",
+        "mopd": {"tau_kl": 0.1, "gate_metric": "acc",
                  "teachers": {"desktop": {"model_path": "/x", "backend": "hf"}}},
         "algorithm": {"adv_estimator": "grpo"},
         "actor_rollout_ref": {"rollout": {"n": 8, "name": "sglang"}},
@@ -92,7 +92,7 @@ def test_a_key_with_no_near_one_keeps_hydras_message(capsys):
 
 def test_a_mistyped_key_given_with_plus_is_named_too():
     problems, _ = validate(compose_recipe(str(SMALL), ["+mopd.tau_k=0.3"]))
-    assert any(p.startswith("mopd: unknown key(s) ['tau_k']; did you mean mopd.tau_kl?; allowed:") for p in problems)
+    assert any(p.startswith("mopd.tau_k: unknown key; did you mean mopd.tau_kl? allowed:") for p in problems), problems
 
 
 def test_a_plain_verl_run_with_our_reward_validates(capsys):
@@ -110,5 +110,5 @@ def test_an_mopd_loss_or_trainer_without_the_mopd_block_is_a_problem(overrides, 
 
 
 def test_one_problem_is_one_problem(capsys):
-    assert validate_recipe_cli(str(SMALL), ["mopd.beta=-1"]) == 1
+    assert validate_recipe_cli(str(SMALL), ["distillation.distillation_loss.distillation_loss_coef=-1"]) == 1
     assert capsys.readouterr().err.splitlines()[-1] == f"{SMALL}: 1 problem"

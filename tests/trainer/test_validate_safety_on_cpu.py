@@ -58,7 +58,8 @@ def test_a_pkg_searchpath_outside_verl_is_refused_before_composing(canary, capsy
 @pytest.mark.parametrize(
     "override, problem",
     [
-        ("mopd.beta=inf", "mopd.beta=inf: must be a finite number"),
+        ("distillation.distillation_loss.distillation_loss_coef=inf",
+         "distillation.distillation_loss.distillation_loss_coef=inf: must be a finite number"),
         ("mopd.tau_kl=inf", "mopd.tau_kl=inf: must be a finite number"),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size=3", "TP*DP*PP=3"),
         ("actor_rollout_ref.rollout.n=1", "rollout.n=1 is below the quota sampler's min_valid_samples=2"),

@@ -5,6 +5,7 @@ check), :mod:`.readers` (AgentNet, AndroidControl), :mod:`.judges` (subtask judg
 (parquet layout, streamed) and :mod:`.cli` (``verl-mopd prepare``).
 """
 
+from verl_mopd.data.clean import RULES, CleanConfig, clean, clean_report, format_report
 from verl_mopd.data.convert import ConvertConfig, convert, split_by_trajectory, trajectory_rows
 from verl_mopd.data.images import DataRoots, ImageIndex, inspect_image
 from verl_mopd.data.judges import JudgeConfig, OfflineJudge, OpenAIJudge, UnreadableVerdict, Verdict
@@ -19,7 +20,6 @@ from verl_mopd.data.schema import (
     read_jsonl,
     write_jsonl,
 )
-from verl_mopd.data.clean import RULES, CleanConfig, clean, clean_report, format_report
 
 __all__ = [
     "PARSE",

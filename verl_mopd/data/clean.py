@@ -36,14 +36,13 @@ from itertools import pairwise
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from verl_mopd.data.images import MISSING, ImageIndex
+from verl_mopd.data.schema import PARSE, Drop, SchemaError, Step, Trajectory, step_action, step_bbox
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
     PLATFORMS,
     ActionError,
 )
-
-from verl_mopd.data.schema import PARSE, Drop, SchemaError, Step, Trajectory, step_action, step_bbox
 
 RULES = ("structure", "screenshots", "action_space", "max_steps", "env_mismatch", "subtasks")
 MAX_STEPS = 40  # UI-MOPD: trajectories longer than 40 steps are dropped

@@ -40,11 +40,6 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, Iterator
 
-from verl_mopd.data.convert import IMAGE_MODES, ConvertConfig, convert
-from verl_mopd.data.images import ImageIndex
-from verl_mopd.data.judges import SCORE_THRESHOLD, JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge
-from verl_mopd.data.readers import agentnet_image_dir, read_agentnet, read_android_control
-from verl_mopd.data.schema import PARSE, Drop, drop_duplicate_ids, read_jsonl, write_jsonl
 from verl_mopd.data.clean import (
     MAX_STEPS,
     MISSING_VERDICTS,
@@ -54,6 +49,11 @@ from verl_mopd.data.clean import (
     clean_report,
     format_report,
 )
+from verl_mopd.data.convert import IMAGE_MODES, ConvertConfig, convert
+from verl_mopd.data.images import ImageIndex
+from verl_mopd.data.judges import SCORE_THRESHOLD, JudgeConfig, JudgeError, OfflineJudge, OpenAIJudge
+from verl_mopd.data.readers import agentnet_image_dir, read_agentnet, read_android_control
+from verl_mopd.data.schema import PARSE, Drop, drop_duplicate_ids, read_jsonl, write_jsonl
 from verl_mopd.errors import UsageError
 from verl_mopd.files import json_line, json_text
 

@@ -28,7 +28,7 @@ components a real run uses, and calls verl's functions wherever verl has one:
 - rollouts: ``transformers`` ``generate`` (``do_sample``, temperature 1.0, full distribution);
 - reward: ``verl_mopd.rewards.compute_score`` (strict mode: +1 correct, -0.5 partial, -1 invalid);
 - advantages: verl's ``compute_grpo_outcome_advantage``;
-- gate: ``verl_mopd.losses.reward_gate`` over whole GRPO groups (``MOPDGateConfig``);
+- gate: ``verl_mopd.losses.reward_gate`` over whole GRPO groups (``MOPDConfig``);
 - teachers: ``PlatformTeacherGroup`` (``hf`` backend workers on a local Ray cluster), which splits
   the batch by ``platform`` with the router, scores each part with its platform's teacher and
   merges back in order; or, with ``teachers="local"``, the hf backend's ``score_rows`` in-process
@@ -317,10 +317,10 @@ class TeacherScorer:
     """
 
     def __init__(self, paths: dict[str, str], mode: str, threads: int = 1):
-        from verl_mopd.teachers import TeachersConfig
+        from verl_mopd.config import MOPDConfig
 
         self.mode = mode
-        self.config = TeachersConfig.from_mapping({"skip_gated": False, "teachers": {
+        self.config = MOPDConfig.from_mapping({"skip_gated": False, "teachers": {
             p: {"model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "micro_batch_tokens": 4096}
             for p, path in paths.items()}})
         self.queried: dict[str, list[str]] = defaultdict(list)  # teacher -> platforms of the rows it scored
@@ -403,7 +403,8 @@ def rl_step(policy, opt, tasks, cfg: DemoConfig, scorer: TeacherScorer | None, r
     from verl.workers.config import ActorConfig, DistillationConfig
     from verl.workers.utils.losses import ppo_loss
 
-    from verl_mopd.config import MOPDDistillationLossConfig, MOPDGateConfig
+    from verl_mopd.config import MOPDDistillationLossConfig
+    from verl_mopd.config import MOPDConfig
     from verl_mopd.losses import k3_kl, reward_gate
 
     rollouts = [t for t in tasks for _ in range(cfg.rollout_n)]
@@ -436,7 +437,7 @@ def rl_step(policy, opt, tasks, cfg: DemoConfig, scorer: TeacherScorer | None, r
     metrics = ({f"k3/{p}": float("nan") for p in PLATFORMS} | {f"teacher_samples/{p}": 0.0 for p in PLATFORMS}
                | {"grad_ratio": float("nan"), "mask_on_fraction": 0.0})
     if scorer is not None:
-        gate_cfg = MOPDGateConfig(tau_kl=cfg.tau_kl, gate_metric=cfg.gate_metric)
+        gate_cfg = MOPDConfig(tau_kl=cfg.tau_kl, gate_metric=cfg.gate_metric)
         gate = reward_gate(acc if gate_cfg.gate_metric == "acc" else scores, uids, gate_cfg.tau_kl)
         P = max(len(p) for p in prompts)
         seqs = [torch.cat([p, r]) for p, r in zip(prompts, responses, strict=True)]

@@ -29,7 +29,7 @@ __all__ = [
     "PLACEMENTS",
     "DTYPES",
     "TeacherConfig",
-    "TeachersConfig",
+    "build_teachers",
     "validate_platforms",
     "validate_temperature",
     "validate_tokenizers",
@@ -83,7 +83,7 @@ class TeacherConfig(BaseConfig):
     device: str = "cuda"
     trust_remote_code: bool = False
     inference: dict = field(default_factory=dict)
-    # the platform this entry serves; filled from the block key by ``TeachersConfig``
+    # the platform this entry serves; filled from the block key by ``build_teachers``
     platform: str = ""
 
     def __post_init__(self):
@@ -136,65 +136,26 @@ class TeacherConfig(BaseConfig):
         return self.world_size // (self.tensor_model_parallel_size * self.pipeline_model_parallel_size)
 
 
-@dataclass
-class TeachersConfig(BaseConfig):
-    """All teachers: ``mopd.routing_key`` and ``mopd.teachers``.
+def build_teachers(block: Mapping[str, Any]) -> tuple[dict[str, TeacherConfig], list[str]]:
+    """``mopd.teachers`` as ``{platform: TeacherConfig}``, and every problem found (one line each).
 
-    routing_key (str): top-level dataset column with the platform tag (verl's ``teacher_key``).
-    teachers (dict[str, TeacherConfig]): one entry per platform.
-    skip_gated (bool): do not send samples with ``mopd_kl_mask == 0`` to any teacher.
-    mask_key (str): the per-sample gate field written by the reward gate.
-    output_key (str): the field the teacher log-probs are written to.
+    Called by ``verl_mopd.config.MOPDConfig``, which owns the ``mopd`` block.
     """
-
-    routing_key: str = "platform"
-    teachers: dict = field(default_factory=dict)
-    skip_gated: bool = True
-    mask_key: str = "mopd_kl_mask"
-    output_key: str = "teacher_logprobs"
-
-    def __post_init__(self):
-        errors = []
-        if not self.teachers:
-            errors.append("mopd.teachers is empty: configure one teacher per platform")
-        if not self.routing_key:
-            errors.append("mopd.routing_key is empty: name the dataset column with the platform tag")
-        built = {}
-        for platform, cfg in (self.teachers or {}).items():
-            try:
-                built[str(platform)] = _build_teacher(str(platform), cfg)
-            except ConfigError as exc:
-                errors.extend(exc.errors)
-            except TypeError as exc:  # unknown key in the block
-                errors.append(f"mopd.teachers.{platform}: {exc}")
-        backends = {c.backend for c in built.values()}
-        if "server" in backends and len(backends) > 1:
-            errors.append(
-                f"mopd.teachers: backends {sorted(backends)} mixed; backend=server replaces the worker teachers "
-                "with verl's teacher loop, so either all teachers are 'server' or none"
-            )
-        _raise_if(errors)
-        object.__setattr__(self, "teachers", built)
-
-    @property
-    def platforms(self) -> list[str]:
-        return list(self.teachers)
-
-    @classmethod
-    def from_mapping(cls, block: Mapping[str, Any]) -> TeachersConfig:
-        """Build from a plain dict / OmegaConf ``mopd`` block (keys ``routing_key``, ``teachers``, ...)."""
+    errors, built = [], {}
+    for platform, cfg in dict(block).items():
         try:
-            from omegaconf import DictConfig, OmegaConf
-
-            if isinstance(block, DictConfig):
-                block = OmegaConf.to_container(block, resolve=True)
-        except ImportError:  # pragma: no cover - omegaconf ships with verl
-            pass
-        allowed = {"routing_key", "teachers", "skip_gated", "mask_key", "output_key"}
-        extra = sorted(set(block) - allowed)
-        if extra:
-            raise ConfigError([f"mopd: unknown key(s) {extra} for the teachers block; allowed {sorted(allowed)}"], "mopd.teachers config")
-        return cls(**dict(block))
+            built[str(platform)] = _build_teacher(str(platform), cfg)
+        except ConfigError as exc:
+            errors.extend(exc.errors)
+        except TypeError as exc:  # unknown key in the block
+            errors.append(f"mopd.teachers.{platform}: {exc}")
+    backends = {c.backend for c in built.values()}
+    if "server" in backends and len(backends) > 1:
+        errors.append(
+            f"mopd.teachers: backends {sorted(backends)} mixed; backend=server replaces the worker teachers "
+            "with verl's teacher loop, so either all teachers are 'server' or none"
+        )
+    return built, errors
 
 
 def _build_teacher(platform: str, cfg: Any) -> TeacherConfig:
@@ -334,7 +295,7 @@ def validate_model_configs(student_config, teacher_configs: Mapping[str, Any], *
     return errors
 
 
-def compare_with_student(teachers: TeachersConfig, student_path: str, *, student_tokenizer_path: str | None = None,
+def compare_with_student(teachers: Any, student_path: str, *, student_tokenizer_path: str | None = None,
                          trust_remote_code: bool = False, platforms: Iterable[str] | None = None) -> list[str]:
     """Load the tokenizers and ``config.json`` of the student and of each teacher (no weights) and
     run :func:`validate_tokenizers` and :func:`validate_model_configs`; returns the error lines.
@@ -373,7 +334,7 @@ def compare_with_student(teachers: TeachersConfig, student_path: str, *, student
     return errors
 
 
-def validate_pools(teachers: TeachersConfig, total_gpus: int, actor_gpus: int) -> list[str]:
+def validate_pools(teachers: Any, total_gpus: int, actor_gpus: int) -> list[str]:
     """Resource pools add up: dedicated teacher pools + the actor pool fit the cluster, and a
     colocated teacher fits in the actor's pool."""
     errors = []
@@ -394,7 +355,7 @@ def validate_pools(teachers: TeachersConfig, total_gpus: int, actor_gpus: int) -
 
 
 def validate_before_load(
-    teachers: TeachersConfig,
+    teachers: Any,
     *,
     data_platforms: Mapping[str, Iterable[str]],
     rollout_temperature: float,

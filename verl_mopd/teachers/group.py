@@ -29,7 +29,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from verl_mopd.teachers.config import TeacherConfig, TeachersConfig
+from verl_mopd.config import MOPDConfig
+from verl_mopd.losses import KL_MASK_KEY, TEACHER_LOGPROBS_KEY
+from verl_mopd.teachers.config import TeacherConfig
 from verl_mopd.teachers.layout import (
     CALL_INFO,
     K3_SUM_KEY,
@@ -37,8 +39,8 @@ from verl_mopd.teachers.layout import (
     TIME_KEY,
     TOKENS_KEY,
     as_jagged,
-    to_full_sequence,
     teacher_fields,
+    to_full_sequence,
     to_no_padding,
 )
 from verl_mopd.teachers.router import check_known, get_field, merge, routing_keys, split, take_rows
@@ -47,7 +49,7 @@ __all__ = ["PlatformTeacherGroup", "build_worker_group", "data_parallel_size"]
 
 
 def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | None = None, resource_pool=None,
-                       run_config=None, output_key: str = "teacher_logprobs"):
+                       run_config=None):
     """A verl ``RayWorkerGroup`` for one teacher, models loaded.
 
     Its own pool of ``cfg.nnodes`` x ``cfg.n_gpus_per_node`` unless ``resource_pool`` is given (the
@@ -65,15 +67,14 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
         from verl_mopd.teachers.backends.hf import HFTeacherWorker
 
         # dict(cfg): verl's BaseConfig is a Mapping of its fields
-        init = RayClassWithInitArgs(cls=ray.remote(HFTeacherWorker), config=dict(cfg), num_threads=num_threads,
-                                    output_key=output_key)
+        init = RayClassWithInitArgs(cls=ray.remote(HFTeacherWorker), config=dict(cfg), num_threads=num_threads)
     elif cfg.backend == "megatron":
         if run_config is None:
             raise ValueError(f"mopd.teachers.{cfg.platform}: backend=megatron teachers are built like verl's "
                              "reference model from the run config; pass run_config")
         from verl_mopd.teachers.backends.megatron import megatron_teacher_class
 
-        init = megatron_teacher_class(cfg, run_config, output_key=output_key)
+        init = megatron_teacher_class(cfg, run_config)
     else:
         raise ValueError(
             f"mopd.teachers.{cfg.platform}.backend=server has no worker group: it is served by verl's teacher "
@@ -168,13 +169,13 @@ class PlatformTeacherGroup:
     """N platform teachers behind one call.
 
     Args:
-        config: the ``mopd`` teachers block (``TeachersConfig``).
+        config: the ``mopd`` teachers block (``MOPDConfig``).
         worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob`` (verl
             nd-compute dispatch on ``TEACHER_MESH``, non-blocking); one per configured teacher.
             Build them with :meth:`build`.
     """
 
-    def __init__(self, config: TeachersConfig, worker_groups: Mapping[str, object]):
+    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object]):
         missing = sorted(set(config.platforms) - set(worker_groups))
         extra = sorted(set(worker_groups) - set(config.platforms))
         if missing or extra:
@@ -183,7 +184,7 @@ class PlatformTeacherGroup:
         self.worker_groups = dict(worker_groups)
 
     @classmethod
-    def build(cls, config: TeachersConfig, *, use_gpu: bool = True, num_threads: int | None = None,
+    def build(cls, config: MOPDConfig, *, use_gpu: bool = True, num_threads: int | None = None,
               colocated_pool=None, run_config=None):
         """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded.
 
@@ -199,8 +200,7 @@ class PlatformTeacherGroup:
             )
         wgs = {
             p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads, run_config=run_config,
-                                  resource_pool=colocated_pool if c.placement == "colocated" else None,
-                                  output_key=config.output_key)
+                                  resource_pool=colocated_pool if c.placement == "colocated" else None)
             for p, c in config.teachers.items()
         }
         return cls(config, wgs)
@@ -290,7 +290,7 @@ class PlatformTeacherGroup:
         data, width = to_no_padding(batch)
         keys = routing_keys(data, cfg.routing_key)
         n = len(keys)
-        send, index = self._route(keys, get_field(data, cfg.mask_key))
+        send, index = self._route(keys, get_field(data, KL_MASK_KEY))
         payloads, pads = {}, {}
         for platform, rows in index.items():
             fields = [f for f in teacher_fields(cfg.teachers[platform].backend) if f in data.keys()]
@@ -303,7 +303,7 @@ class PlatformTeacherGroup:
         parts = {}
         for platform, outs in outputs.items():
             # ranks answer in data-parallel order, the order their shards were cut in
-            full = torch.nested.as_nested_tensor([row[:, 0] for o in outs for row in o[cfg.output_key].unbind(0)],
+            full = torch.nested.as_nested_tensor([row[:, 0] for o in outs for row in o[TEACHER_LOGPROBS_KEY].unbind(0)],
                                                  layout=torch.jagged)
             resp = response_from_nested(full, payloads[platform]["response_mask"]).unbind(0)
             parts[platform] = torch.nested.as_nested_tensor(list(resp[: len(index[platform])]), layout=torch.jagged)
@@ -350,11 +350,11 @@ class PlatformTeacherGroup:
         cfg = self.config
         wall_start = time.perf_counter()
         small = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                select_fields=[cfg.routing_key, cfg.mask_key, "response_mask"])
+                                select_fields=[cfg.routing_key, KL_MASK_KEY, "response_mask"])
         keys = routing_keys(small, cfg.routing_key)
         n = len(keys)
         tags = list(batch.tags) if batch.tags else [{} for _ in range(n)]
-        send, index = self._route(keys, get_field(small, cfg.mask_key))
+        send, index = self._route(keys, get_field(small, KL_MASK_KEY))
         first = next((int(rows[0]) for rows in index.values() if len(rows)), None)
         stored = _stored_fields(batch, first) if first is not None else set()
         payloads, pad_keys = {}, []
@@ -401,4 +401,4 @@ class PlatformTeacherGroup:
             prompt_lens = torch.tensor([int(tags[i]["prompt_len"]) for i in rows])
         full = to_full_sequence(resp, prompt_lens, response_lens)
         tq.kv_batch_put(keys=keys, partition_id=batch.partition_id,
-                        fields=TensorDict({self.config.output_key: full}, batch_size=[len(keys)]))
+                        fields=TensorDict({TEACHER_LOGPROBS_KEY: full}, batch_size=[len(keys)]))

@@ -20,6 +20,8 @@ import time
 import torch
 from tensordict import TensorDict
 
+from verl_mopd.losses import TEACHER_LOGPROBS_KEY
+
 __all__ = [
     "TEACHER_MESH",
     "TEACHER_FIELDS",
@@ -139,8 +141,8 @@ def output_metrics(response_logp: torch.Tensor, data: TensorDict) -> tuple[int, 
     return int(mask.sum()), k3_sum
 
 
-def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float, output_key: str) -> TensorDict:
-    """A worker's return value: ``{output_key: (bs, j, 1)}`` plus the call's metrics as batch-level
+def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float) -> TensorDict:
+    """A worker's return value: ``{TEACHER_LOGPROBS_KEY: (bs, j, 1)}`` plus the call's metrics as batch-level
     entries (verl's ``tqbridge`` stores the tensor in TransferQueue and the metrics in the returned
     meta's ``extra_info``).
 
@@ -155,7 +157,7 @@ def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float, ou
     full_logp = full_logp.to(torch.float32)
     tokens, k3_sum = output_metrics(response_from_nested(full_logp, as_jagged(data["response_mask"])), data)
     values, offsets = full_logp.values(), full_logp.offsets()
-    out = TensorDict({output_key: torch.nested.nested_tensor_from_jagged(values.unsqueeze(-1), offsets)},
+    out = TensorDict({TEACHER_LOGPROBS_KEY: torch.nested.nested_tensor_from_jagged(values.unsqueeze(-1), offsets)},
                      batch_size=[len(data)])
     tu.assign_non_tensor(out, **{TIME_KEY: time.perf_counter() - started, TOKENS_KEY: tokens, K3_SUM_KEY: k3_sum})
     return out

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from verl_mopd.config import MOPDGateConfig
+from verl_mopd.config import MOPDConfig
 from verl_mopd.losses import KL_MASK_KEY, KL_START_KEY, reward_gate, thought_end_index
 
 REWARD_EXTRAS_FIELD = "extra_fields"  # v1 agent loop: extra_fields[i]["reward_extra_info"][name]
@@ -40,7 +40,7 @@ def _padded(values: torch.Tensor, padding=0) -> torch.Tensor:
     return values.to_padded_tensor(padding) if values.is_nested else values
 
 
-def _gate_metric(cfg: MOPDGateConfig, data: TensorDict) -> torch.Tensor:
+def _gate_metric(cfg: MOPDConfig, data: TensorDict) -> torch.Tensor:
     name = cfg.gate_metric
     if name == "rm_scores":
         return _padded(data["rm_scores"], 0.0).float().reshape(len(data), -1).sum(-1)
@@ -88,7 +88,7 @@ def platform_metrics(data: TensorDict, platform_key: str, gate: torch.Tensor, re
 
 
 def compute_kl_gate(
-    cfg: MOPDGateConfig,
+    cfg: MOPDConfig,
     data: TensorDict,
     *,
     is_padding: list[bool] | None = None,
@@ -155,14 +155,14 @@ def compute_kl_gate(
     }
     if cfg.kl_skip_thought:
         metrics["mopd/thought_cut_off_fraction"] = thought_cut_fraction  # no KL on these (all thought)
-    if cfg.platform_key and cfg.platform_key in data.keys():
-        metrics.update(platform_metrics(data, cfg.platform_key, gate, real, response_mask))
+    if cfg.routing_key in data.keys():
+        metrics.update(platform_metrics(data, cfg.routing_key, gate, real, response_mask))
     return fields, metrics
 
 
 def write_kl_gate(
     batch,
-    cfg: MOPDGateConfig,
+    cfg: MOPDConfig,
     *,
     tq=None,
     think_end_token_id: int | None = None,
@@ -188,8 +188,8 @@ def write_kl_gate(
     fields = [cfg.group_key, "response_mask", "rm_scores", cfg.gate_metric]
     if cfg.gate_metric != "rm_scores":
         fields.append(REWARD_EXTRAS_FIELD)  # where the v1 agent loop keeps reward extras
-    if cfg.platform_key:
-        fields.append(cfg.platform_key)
+    if cfg.routing_key:
+        fields.append(cfg.routing_key)
     if cfg.kl_skip_thought:
         fields.append("responses")
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)

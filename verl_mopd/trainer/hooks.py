@@ -10,14 +10,14 @@ calls, and so does ``examples/custom_trainer/my_trainer.py``::
     def __init__(self, config):
         hooks.set_verl_trainer_mode(config, "sync")                          # before verl's __init__
         super().__init__(config)
-        self.mopd_gate = hooks.gate_config_from(config)                      # the mopd.* gate keys
+        self.mopd_config = hooks.mopd_config_from(config)                    # the mopd block (unknown keys: error)
 
     def on_init_end(self):                                                    # worker groups exist
         self.mopd_teachers = hooks.setup_teachers_and_loss(self)
         super().on_init_end()
 
     def _compute_advantage(self, batch, metrics):                             # rewards are stored
-        metrics.update(hooks.write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.mopd_teachers))
+        metrics.update(hooks.write_gate_and_teacher_logprobs(self, batch, self.mopd_config, self.mopd_teachers))
         return super()._compute_advantage(batch, metrics)                    # verl's GRPO
 
 Why there: ``_compute_advantage`` is the first driver hook of a step that sees the whole step
@@ -40,7 +40,7 @@ Why the mode line: verl 0.9.1's ``PPOTrainer`` branches on the *name* in ``train
 (``"sync"`` or not: replay buffer class, refill, checkpoint resume, rollout submission), so a trainer
 registered under a name of its own would silently run with the async replay buffer.
 
-The building blocks (``teachers_config_from``, ``distillation_loss_fn``,
+The building blocks (``mopd_config_from``, ``distillation_loss_fn``,
 ``build_worker_teachers``, ``think_end_token_id``, ``score_teachers``, and ``write_kl_gate`` in
 ``verl_mopd.trainer.gate``) are public too, for trainers that need them apart. Nothing here holds
 state. Imports of verl and of our config are deferred to the calls: ``mopd_trainer`` imports this
@@ -61,11 +61,10 @@ __all__ = [
     "build_worker_teachers",
     "distillation_loss_fn",
     "dump_step",
-    "gate_config_from",
+    "mopd_config_from",
     "score_teachers",
     "set_verl_trainer_mode",
     "setup_teachers_and_loss",
-    "teachers_config_from",
     "think_end_token_id",
     "write_gate_and_teacher_logprobs",
 ]
@@ -94,28 +93,15 @@ def set_verl_trainer_mode(config: DictConfig, verl_mode: str) -> str:
 # -- config readers ------------------------------------------------------------------------------
 
 
-def gate_config_from(config: DictConfig):
-    """The ``mopd`` gate keys of the run config as ``MOPDGateConfig`` (other ``mopd`` keys ignored)."""
-    from verl_mopd.config import MOPDGateConfig
+def mopd_config_from(config: DictConfig):
+    """The run's whole ``mopd`` block as ``verl_mopd.config.MOPDConfig`` (the gate and the teachers).
 
-    block = config.get("mopd", None) or {}
-    block = OmegaConf.to_container(block, resolve=True) if isinstance(block, DictConfig) else dict(block)
-    fields = MOPDGateConfig.__dataclass_fields__
-    return MOPDGateConfig(**{k: v for k, v in block.items() if k in fields and not k.startswith("_")})
+    Unknown and removed keys are errors naming the key (``MOPDConfig.from_mapping``), on every
+    launch path: our trainers call this in ``__init__``, whichever entry point started them.
+    """
+    from verl_mopd.config import MOPDConfig
 
-
-def teachers_config_from(config: DictConfig):
-    """``TeachersConfig`` of the run's ``mopd`` block, or None when it configures no teachers."""
-    from verl_mopd.teachers.config import TeachersConfig
-    from verl_mopd.trainer.validate import TEACHER_KEYS
-
-    block = config.get("mopd", None)
-    if block is None:
-        return None
-    block = OmegaConf.to_container(block, resolve=True)
-    if not block.get("teachers"):
-        return None
-    return TeachersConfig.from_mapping({k: v for k, v in block.items() if k in TEACHER_KEYS})
+    return MOPDConfig.from_mapping(config.get("mopd", None))
 
 
 def distillation_loss_fn(config: DictConfig):
@@ -173,8 +159,8 @@ def build_worker_teachers(trainer):
 
     Raises ``ConfigError`` before any weights load when a teacher's tokenizer or vision
     config differs from the student's (``verl_mopd.teachers.config.compare_with_student``)."""
-    teachers = teachers_config_from(trainer.config)
-    if teachers is None or all(t.backend == "server" for t in teachers.teachers.values()):
+    teachers = mopd_config_from(trainer.config)
+    if not teachers.teachers or all(t.backend == "server" for t in teachers.teachers.values()):
         return None
     from verl_mopd.teachers.group import PlatformTeacherGroup
     from verl_mopd.errors import ConfigError
@@ -227,7 +213,7 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     Args:
         trainer: the verl v1 trainer (its ``tokenizer`` is read only with ``kl_skip_thought``).
         batch: verl's ``KVBatchMeta`` of the step.
-        gate: the ``MOPDGateConfig`` (:func:`gate_config_from`).
+        gate: the run's ``MOPDConfig`` (:func:`mopd_config_from`).
         teachers: the group from :func:`setup_teachers_and_loss`, or None.
 
     Returns:

@@ -37,10 +37,9 @@ from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay im
     STEP_DUMP_ENV,
     distillation_loss_fn,
     dump_step,
-    gate_config_from,
+    mopd_config_from,
     set_verl_trainer_mode,
     setup_teachers_and_loss,
-    teachers_config_from,
     write_gate_and_teacher_logprobs,
 )
 
@@ -94,7 +93,7 @@ class MOPDTrainerMixin:
         # verl's base trainer branches on trainer_mode ("sync" vs async); it selected this class by
         # name already, so from here on the run has verl's mode semantics.
         self.mopd_trainer_mode = set_verl_trainer_mode(config, MOPD_TRAINER_MODES[requested])
-        self.mopd_gate = gate_config_from(config)
+        self.mopd_config = mopd_config_from(config)  # the mopd block; an unknown key is an error here
         self.teacher_group = None
         self._held_prompts: list = []  # drawn prompts of paused domains (domain-aware refill)
         super().__init__(config)
@@ -194,12 +193,12 @@ class MOPDTrainerMixin:
 
     # -- per step ---------------------------------------------------------------------------
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
-        metrics.update(write_gate_and_teacher_logprobs(self, batch, self.mopd_gate, self.teacher_group))
+        metrics.update(write_gate_and_teacher_logprobs(self, batch, self.mopd_config, self.teacher_group))
         batch = super()._compute_advantage(batch, metrics)
         if os.environ.get(STEP_DUMP_ENV):  # diagnostics of `verl-mopd smoke`: the step as the actor reads it
             from verl.trainer.ppo.v1 import trainer_base
 
-            dump_step(batch, trainer_base.tq, os.environ[STEP_DUMP_ENV], routing_key=self.mopd_gate.platform_key,
+            dump_step(batch, trainer_base.tq, os.environ[STEP_DUMP_ENV], routing_key=self.mopd_config.routing_key,
                       step=self.global_steps)
         return batch
 

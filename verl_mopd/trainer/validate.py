@@ -24,17 +24,15 @@ import io
 import math
 import os
 import warnings
-from dataclasses import fields as dc_fields
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:
-    from verl_mopd.config import MOPDGateConfig
+    from verl_mopd.config import MOPDConfig
 
 #: the reward levels each gate metric takes (verl_mopd.rewards defaults)
 METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1.0, -0.5, 1.0)}
-TEACHER_KEYS = ("routing_key", "teachers", "skip_gated", "mask_key", "output_key")
 
 
 def _section(config: DictConfig, path: str):
@@ -66,8 +64,9 @@ def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_g
     return ((n - 1) * lo + second) / n
 
 
-def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) -> MOPDGateConfig | None:
-    from verl_mopd.config import MOPDGateConfig
+def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) -> MOPDConfig | None:
+    from verl_mopd.config import MOPDConfig
+    from verl_mopd.errors import ConfigError
 
     block = _section(config, "mopd")
     if block is None:  # a plain verl run (e.g. GRPO with our reward) needs none
@@ -78,28 +77,15 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
             problems.append(f"mopd: the block is missing; {' and '.join(users)} {'needs' if len(users) == 1 else 'need'} "
                             "it (compose the recipe on top of verl_mopd's mopd.yaml)")
         return None
-    block = OmegaConf.to_container(block, resolve=True)
-    gate_keys = {f.name for f in dc_fields(MOPDGateConfig) if not f.name.startswith("_")}
-    allowed = gate_keys | set(TEACHER_KEYS) | {"beta"}
-    unknown = sorted(set(block) - allowed)
-    if unknown:
-        near = [f"mopd.{m[0]}" for k in unknown for m in [difflib.get_close_matches(k, allowed, n=1, cutoff=0.6)] if m]
-        hint = f"; did you mean {', '.join(near)}?" if near else ""
-        problems.append(f"mopd: unknown key(s) {unknown}{hint}; allowed: {sorted(allowed)}")
-    beta = block.get("beta")
-    if not isinstance(beta, int | float) or isinstance(beta, bool) or beta < 0:
-        problems.append(f"mopd.beta={beta!r}: must be a number >= 0 (UI-MOPD uses 0.01)")
-    coef = _section(config, "distillation.distillation_loss.distillation_loss_coef")
-    if isinstance(beta, int | float) and coef is not None and float(coef) != float(beta):
-        problems.append(
-            f"distillation.distillation_loss.distillation_loss_coef={coef} differs from mopd.beta={beta}; "
-            "set one (mopd.yaml interpolates the coefficient from mopd.beta)"
-        )
     try:
-        gate = MOPDGateConfig(**{k: v for k, v in block.items() if k in gate_keys})
-    except (ValueError, TypeError) as exc:
-        problems.append(str(exc))
+        gate = MOPDConfig.from_mapping(block)  # unknown and removed keys, every field check
+    except ConfigError as exc:
+        problems.extend(exc.errors)
         return None
+    beta = _section(config, "distillation.distillation_loss.distillation_loss_coef")
+    if beta is not None and (isinstance(beta, bool) or not isinstance(beta, int | float) or beta < 0):
+        problems.append(f"distillation.distillation_loss.distillation_loss_coef={beta!r} (beta): must be a number "
+                        ">= 0 (UI-MOPD uses 0.01)")
     if gate.enable:
         _check_gate_against_filter(config, gate, warnings)
         mode = _section(config, "actor_rollout_ref.actor.loss_agg_mode")
@@ -113,7 +99,7 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
     return gate
 
 
-def _check_gate_against_filter(config: DictConfig, gate: MOPDGateConfig, warnings: list[str]) -> None:
+def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: list[str]) -> None:
     levels = METRIC_LEVELS.get(gate.gate_metric)
     if levels is None:
         return
@@ -139,27 +125,15 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDGateConfig, warning
         )
 
 
-def _check_teachers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
-    from verl_mopd.errors import ConfigError
-    from verl_mopd.teachers.config import (
-        TeachersConfig,
-        validate_platforms,
-        validate_temperature,
-    )
+def _check_teachers(config: DictConfig, teachers: MOPDConfig, problems: list[str], warnings: list[str]) -> None:
+    from verl_mopd.teachers.config import validate_platforms, validate_temperature
 
-    block = _section(config, "mopd")
-    teachers_block = {k: v for k, v in OmegaConf.to_container(block, resolve=True).items() if k in TEACHER_KEYS}
-    if not teachers_block.get("teachers"):
+    if not teachers.teachers:
         if not bool(_section(config, "distillation.enabled")):
             problems.append(
                 "mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
                 "(mopd.teachers.<platform>.model_path, backend)"
             )
-        return
-    try:
-        teachers = TeachersConfig.from_mapping(teachers_block)
-    except ConfigError as exc:
-        problems.extend(exc.errors)
         return
     problems.extend(validate_temperature(_section(config, "actor_rollout_ref.rollout.temperature")))
     for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
@@ -457,7 +431,7 @@ def _finite(config: DictConfig, key: str) -> Any:
 
 def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
     """Values that pass the dataclasses but make the run NaN or stall on the cluster."""
-    for key in ("mopd.beta", "mopd.tau_kl", "distillation.distillation_loss.distillation_loss_coef"):
+    for key in ("mopd.tau_kl", "distillation.distillation_loss.distillation_loss_coef"):
         bad = _finite(config, key)
         if bad is not None:
             problems.append(f"{key}={bad}: must be a finite number")
@@ -515,7 +489,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
 
     gate = _check_mopd(config, problems, warnings)
     if gate is not None:
-        _check_teachers(config, problems, warnings)
+        _check_teachers(config, gate, problems, warnings)
         _check_placement_and_mode(config, problems)
     _check_sampler(config, problems)
     _check_run_numbers(config, problems, warnings)

@@ -191,14 +191,13 @@ class HFTeacherWorker(Worker):
     its weights on the CPU between calls (the actor's GPU memory is free for the other roles).
     """
 
-    def __init__(self, config, num_threads: int | None = None, output_key: str = "teacher_logprobs"):
+    def __init__(self, config, num_threads: int | None = None):
         super().__init__()
         from verl_mopd.teachers.config import TeacherConfig
 
         self.config = config if isinstance(config, TeacherConfig) else TeacherConfig(**dict(config))
         if num_threads is not None:
             torch.set_num_threads(num_threads)
-        self.output_key = output_key
         self.model = None
         self.device = "cpu"
         self.offload = False
@@ -233,7 +232,7 @@ class HFTeacherWorker(Worker):
         """``data``: this rank's shard, a TensorDict in the no-padding layout (``tqbridge`` has
         already fetched it when the group dispatched a ``KVBatchMeta``).
 
-        Returns ``teacher_output``: ``{output_key: (bs, j, 1)}`` and the call's metrics.
+        Returns ``teacher_output``: ``{TEACHER_LOGPROBS_KEY: (bs, j, 1)}`` and the call's metrics.
         """
         from verl.utils import tensordict_utils as tu
 
@@ -257,4 +256,4 @@ class HFTeacherWorker(Worker):
             t = len(row.tokens)
             seq[t - 1 - row.n_response : t - 1] = lp
             full.append(seq)
-        return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, started, self.output_key)
+        return teacher_output(torch.nested.as_nested_tensor(full, layout=torch.jagged), data, started)

@@ -135,10 +135,9 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
     (``verl_mopd.teachers.fetch``), not read by each of the TP x PP ranks.
     """
 
-    def __init__(self, teacher: dict, ref: dict, model: dict, output_key: str = "teacher_logprobs"):
+    def __init__(self, teacher: dict, ref: dict, model: dict):
         cfg = TeacherConfig(**teacher)
         super().__init__(worker_config_from_blocks(cfg, ref, model))
-        self.output_key = output_key
         self._register_dispatch_collect_info(
             TEACHER_MESH,
             dp_rank=self.engine.get_data_parallel_rank(),
@@ -176,18 +175,17 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
             data["loss_mask"] = data["response_mask"]
         output = self.infer_batch(data)  # verl's TrainingWorker.infer_batch: engine keys, eval mode, offload
         if output is not None:
-            output = teacher_output(output["log_probs"], data, started, self.output_key)
+            output = teacher_output(output["log_probs"], data, started)
         return self.store_output(output, shard, is_collect=output is not None)
 
 
-def megatron_teacher_class(cfg: TeacherConfig, run_config, output_key: str = "teacher_logprobs"):
+def megatron_teacher_class(cfg: TeacherConfig, run_config):
     """``RayClassWithInitArgs`` of the teacher worker for ``RayWorkerGroup``."""
     import ray
     from verl.single_controller.ray import RayClassWithInitArgs
 
     ref, model = teacher_blocks(cfg, run_config)
-    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), teacher=dict(cfg), ref=ref, model=model,
-                                output_key=output_key)
+    return RayClassWithInitArgs(cls=ray.remote(MegatronTeacherWorker), teacher=dict(cfg), ref=ref, model=model)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl_mopd.config import MOPDConfig
 from verl_mopd.errors import ConfigError
-from verl_mopd.teachers.config import TeachersConfig
 
 __all__ = ["to_distillation_config", "to_hydra_overrides", "build_verl_distillation_config",
            "verl_teacher_inference_defaults"]
@@ -29,7 +29,7 @@ def verl_teacher_inference_defaults() -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.load(path).teacher_models.teacher_model.inference, resolve=False)
 
 
-def to_distillation_config(teachers: TeachersConfig, inference_defaults: dict | None = None) -> dict[str, Any]:
+def to_distillation_config(teachers: MOPDConfig, inference_defaults: dict | None = None) -> dict[str, Any]:
     """The ``distillation`` block (minus ``distillation_loss``) for ``backend=server`` teachers.
 
     Every teacher becomes ``teacher_models.<platform>`` with ``key=<platform>``, and
@@ -80,7 +80,7 @@ def _flatten(prefix: str, value) -> list[tuple[str, Any]]:
     return [(prefix, value)]
 
 
-def to_hydra_overrides(teachers: TeachersConfig) -> list[str]:
+def to_hydra_overrides(teachers: MOPDConfig) -> list[str]:
     """The same translation as CLI overrides on verl's ``ppo_trainer`` (``+`` for new teacher entries)."""
     block = to_distillation_config(teachers)
     out = []
@@ -93,7 +93,7 @@ def to_hydra_overrides(teachers: TeachersConfig) -> list[str]:
     return out
 
 
-def build_verl_distillation_config(teachers: TeachersConfig, *, rollout, distillation_loss: dict | None = None,
+def build_verl_distillation_config(teachers: MOPDConfig, *, rollout, distillation_loss: dict | None = None,
                                    inference_defaults: dict | None = None):
     """verl's ``DistillationConfig`` from our block: runs verl's own validation (pool sizes, keys).
 
