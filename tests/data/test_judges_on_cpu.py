@@ -80,7 +80,7 @@ def test_openai_judge_drops_incomplete_and_caches(tmp_path, monkeypatch):
 
 
 def test_openai_judge_retries_server_errors_and_fails_loudly(tmp_path, monkeypatch):
-    import verl_mopd.eval.clients as clients
+    import verl_mopd.clients as clients
 
     sleeps = []
     monkeypatch.setattr(clients.time, "sleep", sleeps.append)  # the backoff, not the client, is replaced
@@ -110,7 +110,7 @@ def test_openai_judge_retries_server_errors_and_fails_loudly(tmp_path, monkeypat
 def test_a_dropped_or_garbled_answer_is_retried_not_a_traceback(tmp_path, monkeypatch, fault):
     import json
 
-    import verl_mopd.eval.clients as clients
+    import verl_mopd.clients as clients
 
     monkeypatch.setattr(clients.time, "sleep", lambda s: None)
     (t,) = _trajs(str(tmp_path))[:1]

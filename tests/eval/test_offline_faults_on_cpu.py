@@ -10,9 +10,9 @@ from _eval_fixtures import CASES, RESPONSES, png, rows, write_parquet
 from local_http import RawServer, http_response
 
 from verl_mopd.errors import UsageError
-from verl_mopd.eval import clients
+from verl_mopd import clients
 from verl_mopd.eval.cli import main as eval_main
-from verl_mopd.eval.clients import ClientError, OpenAIClient, RetryPolicy
+from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy
 from verl_mopd.eval.offline import evaluate, load_samples, read_results
 
 QUICK = RetryPolicy(max_retries=3, base_delay=0.01, max_delay=0.05, jitter=0.0)

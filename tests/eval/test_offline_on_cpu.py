@@ -10,7 +10,7 @@ import pytest
 from _eval_fixtures import CASES, RESPONSES, png, rows, write_parquet
 from local_http import LocalJSONServer
 
-from verl_mopd.eval.clients import ClientError, OpenAIClient, RetryPolicy, run_bounded
+from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy, run_bounded
 from verl_mopd.eval.cli import main as eval_main
 from verl_mopd.eval.messages import expand_images, to_openai
 from verl_mopd.eval.offline import evaluate, format_table, load_samples, metrics, read_results, score_sample
@@ -245,7 +245,7 @@ def test_offline_end_to_end_on_a_tiny_random_transformers_model(tmp_path, capsys
 
 def test_transformers_client_output_goes_through_the_same_scoring_path(tmp_path):
     """The model's text is scored as is: the tiny model's own greedy output, and a recorded good answer."""
-    from verl_mopd.eval.clients import TransformersClient
+    from verl_mopd.clients import TransformersClient
     from verl_mopd.eval.offline import load_samples
 
     client = TransformersClient(_tiny_chat_model(tmp_path / "tiny"), max_new_tokens=4)

@@ -4,7 +4,7 @@
 trainer package and TransferQueue, so it is not imported here.
 """
 
-from .groups import GroupVerdict, classify_group, masked_grpo_advantage, read_env_failure
+from .groups import GroupVerdict, classify_group, read_env_failure
 from .quota import Decision, QuotaConfig, QuotaScheduler
 
 __all__ = [
@@ -13,6 +13,5 @@ __all__ = [
     "QuotaConfig",
     "QuotaScheduler",
     "classify_group",
-    "masked_grpo_advantage",
     "read_env_failure",
 ]

@@ -16,7 +16,6 @@ group statistics on the usable rows; the uniform test is the one of verl's DAPO 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,66 +111,3 @@ def read_env_failure(
         if key in source and source[key] is not None:
             return _truthy(source[key])
     return False
-
-
-def masked_grpo_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray,
-    valid: torch.Tensor,
-    *,
-    min_valid: int = 2,
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, int]]:
-    """GRPO advantages with env-failed samples excluded from statistics and loss.
-
-    verl's ``compute_grpo_outcome_advantage`` runs on the usable rows only, so each group's
-    mean/std comes from its usable samples. Unusable rows, and every row of a group with fewer
-    than ``min_valid`` usable rows (verl would give a singleton its raw score as advantage), get
-    advantage 0 and response_mask 0, so no loss term (PG, KL, entropy) sees them.
-
-    Args:
-        token_level_rewards: (bs, response_len) outcome reward on the last token.
-        response_mask: (bs, response_len) 1 on response tokens.
-        index: (bs,) group id (verl's ``uid``) of each row.
-        valid: (bs,) bool, False for env-failed rows.
-
-    Returns:
-        advantages (bs, response_len), new response_mask (bs, response_len), counts
-        ``{"env_failures", "dropped_groups", "dropped_samples"}``.
-    """
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
-
-    bs = token_level_rewards.shape[0]
-    if response_mask.shape != token_level_rewards.shape or len(index) != bs or valid.shape != (bs,):
-        raise ValueError(
-            f"shape mismatch: token_level_rewards {tuple(token_level_rewards.shape)}, response_mask "
-            f"{tuple(response_mask.shape)}, index ({len(index)},), valid {tuple(valid.shape)}"
-        )
-    valid = valid.to(torch.bool).clone()
-    index = np.asarray(index, dtype=object)
-    valid_per_group = Counter(index[valid.numpy()].tolist())
-    groups = set(index.tolist())
-    dropped_groups = {g for g in groups if valid_per_group.get(g, 0) < min_valid}
-    in_dropped = torch.tensor([g in dropped_groups for g in index.tolist()], dtype=torch.bool)
-    counts = {
-        "env_failures": int((~valid).sum()),
-        "dropped_groups": len(dropped_groups),
-        "dropped_samples": int((valid & in_dropped).sum()),
-    }
-    keep = valid & ~in_dropped
-
-    advantages = torch.zeros_like(token_level_rewards)
-    rows = keep.nonzero(as_tuple=True)[0]
-    if len(rows):
-        adv_kept, _ = compute_grpo_outcome_advantage(
-            token_level_rewards=token_level_rewards[rows],
-            response_mask=response_mask[rows],
-            index=index[rows.numpy()],
-            epsilon=epsilon,
-            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        )
-        advantages[rows] = adv_kept
-    new_mask = response_mask * keep.unsqueeze(-1).to(response_mask.dtype)
-    return advantages, new_mask, counts

@@ -17,7 +17,7 @@ Verdict layout (what the judge must answer, and what is stored in the trajectory
      "model": "..."}
 
 An item with ``score`` instead of ``completed`` counts as completed when ``score >= threshold``
-(70, the public release's threshold). Requests go through :class:`verl_mopd.eval.clients.OpenAIClient`
+(70, the public release's threshold). Requests go through :class:`verl_mopd.clients.OpenAIClient`
 (standard library only), the client ``verl-mopd eval offline`` uses, with its retries.
 
 A verdict that cannot be read (an answer with no JSON object, ``"completed": "yes"``, a malformed
@@ -306,7 +306,7 @@ class OpenAIJudge:
     def _post(self, body: Mapping[str, Any]) -> str:
         """The answer text, through the eval client's transport and retries (dropped connections,
         bad status lines, non-JSON bodies, 429/5xx; backoff 1, 2, 4, ... s, at most 30 s)."""
-        from verl_mopd.eval.clients import ClientError, OpenAIClient, RetryPolicy
+        from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy
 
         c = self.config
         token = os.environ.get(c.api_key_env) if c.api_key_env else None

@@ -76,7 +76,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def _offline(args: argparse.Namespace) -> int:
-    from verl_mopd.eval.clients import OpenAIClient, RetryPolicy, TransformersClient
+    from verl_mopd.clients import OpenAIClient, RetryPolicy, TransformersClient
     from verl_mopd.eval.offline import evaluate, format_table, load_samples
 
     try:

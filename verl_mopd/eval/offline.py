@@ -2,7 +2,7 @@
 
 Each row of the parquet (``verl-mopd prepare``'s RL step samples: ``data_source``, ``prompt``,
 ``images``, ``reward_model.ground_truth``, ``extra_info``, ``platform``) is sent to a client
-(:mod:`verl_mopd.eval.clients`) with its screenshots interleaved exactly as verl's RLHFDataset
+(:mod:`verl_mopd.clients`) with its screenshots interleaved exactly as verl's RLHFDataset
 does, and the response is scored by :func:`verl_mopd.rewards.compute_score`, the function the RL
 reward calls, with the same mode and keyword arguments. Nothing is re-implemented: parse rate,
 action match and step success are the reward's own ``parsed`` / ``action_match`` / ``acc``.
@@ -418,7 +418,7 @@ def evaluate(
             "max_tokens", "temperature"}``; with ``mode`` and ``reward_kwargs`` it keys the resume:
             results of a different run are refused (module docstring).
     """
-    from verl_mopd.eval.clients import run_bounded
+    from verl_mopd.clients import run_bounded
 
     reward_kwargs = dict(reward_kwargs or {})
     compute_score(None, "", '{"platform": "desktop", "action": {"action": "wait"}}', None, mode, **reward_kwargs)

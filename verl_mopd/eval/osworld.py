@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> list[float]:
     import lib_run_single  # OSWorld's, from the working directory
     from desktop_env.desktop_env import DesktopEnv
 
-    from verl_mopd.eval.clients import OpenAIClient
+    from verl_mopd.clients import OpenAIClient
 
     client = OpenAIClient(args.base_url, args.model, api_key=args.api_key, max_tokens=args.max_tokens)
     agent = OSWorldAgent(client.complete, max_steps=args.max_steps, history_n=args.history_n, on_invalid=args.on_invalid)
