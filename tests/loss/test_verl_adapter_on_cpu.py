@@ -356,7 +356,7 @@ def test_k3_mean_kl_on_is_what_the_docs_say():
     assert logged.values == pytest.approx(per_micro, rel=1e-9)
     assert logged.aggregate() == pytest.approx(sum(per_micro) / 2, rel=1e-9)  # verl's MEAN aggregation
     assert logged.aggregate() != pytest.approx(k3_w / tokens, rel=1e-3)  # not a token mean over the step
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).parents[2] / "docs" / "reproduce.md").read_text()
     assert "`actor/mopd/k3_mean_kl_on` is, per loss micro-batch, the sum of K3\ntimes the rollout-IS weight" in readme
     assert "verl logs the mean of these\nper-micro-batch values, not a token mean over the step" in readme
 
