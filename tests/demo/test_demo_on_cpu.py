@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from verl_mopd.demo.cli import main
 from verl_mopd.demo.models import build_model, build_tokenizer
 from verl_mopd.demo.run import (
-    BASELINES, METRIC_FIELDS, MODELS, DemoConfig, Policy, TeacherScorer, aggregate, rl_step, run, sft,
+    BASELINES, METRIC_FIELDS, MODELS, DemoConfig, Policy, TeacherScorer, aggregate, pretrain_base, rl_step, run, sft,
 )
 from verl_mopd.demo.tasks import CELL_CENTERS, HALF_CELL, INTENTS, make_task, make_tasks, mobile_frame, sample_tasks
+from verl_mopd.errors import UsageError
 from verl_mopd.rewards import compute_score
 
 TINY = dict(seeds=2, steps=2, teacher_base_steps=2, base_steps=2, sft_desktop=8, sft_mobile=4, teacher_steps=1,
@@ -192,6 +193,13 @@ def test_short_multi_seed_demo_through_the_cli(tmp_path, capfd):
     assert "reusing" not in printed
     assert main(argv + ["--seeds=1", "--no-baselines", "--no-plot"]) == 0
     assert printed.count("stage 0") == 2 and capfd.readouterr().out.count("reusing") == 2
+    # a knob that differs never retrains over the cache: refused before any work, the cache untouched
+    stamp = (tmp_path / "bases" / "student" / "pretrain.json").read_text()
+    changed = DemoConfig(**TINY | {"base_steps": DemoConfig(**TINY).base_steps + 1}, out=str(tmp_path))
+    with pytest.raises(UsageError, match=r"cached student base .* other knobs \(base_steps/teacher_base_steps: "):
+        pretrain_base(changed, "student")
+    assert (tmp_path / "bases" / "student" / "pretrain.json").read_text() == stamp
+    assert not list((tmp_path / "bases").glob(".*partial*"))  # the save went through a renamed folder
 
 
 def test_short_demo_with_the_ray_teacher_group(tmp_path):

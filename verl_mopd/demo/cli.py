@@ -39,7 +39,7 @@ _HELP = {
     "teachers": "local: router + hf score_rows in-process; ray: PlatformTeacherGroup hf workers on local Ray",
     "workers": "parallel processes (0: one per seed; teachers=ray runs the seeds in this process)",
     "out": "output folder (metrics.jsonl, summary.json, demo.png, bases/, seed*/)",
-    "bases": "folder of the pretrained bases (default OUT/bases; reused when their knobs match)",
+    "bases": "folder of the pretrained bases (default OUT/bases): reused when their knobs match, refused (never overwritten) when not",
     "threads": "torch CPU threads per process",
     "log_every": "print a table row every N RL steps",
 }

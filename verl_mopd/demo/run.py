@@ -48,6 +48,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import shutil
 import time
 import warnings
 from collections import defaultdict
@@ -59,6 +61,7 @@ import torch
 
 from verl_mopd.demo.models import SIZES, build_model, build_tokenizer
 from verl_mopd.demo.tasks import INTENTS, Task, make_tasks, sample_tasks
+from verl_mopd.errors import UsageError
 from verl_mopd.rewards import compute_score
 
 __all__ = [
@@ -537,6 +540,11 @@ def _load(path: str, tok) -> Policy:
     return Policy(AutoModelForCausalLM.from_pretrained(path).eval(), tok)
 
 
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 def eval_set(n_per_platform: int) -> list[Task]:
     """The fixed held-out set: ``n_per_platform`` tasks per platform (alternating), seed ``EVAL_SEED``."""
     return make_tasks(2 * n_per_platform, seed=EVAL_SEED)
@@ -555,16 +563,32 @@ def _stamp(cfg: DemoConfig, role: str) -> dict:
             "vocab": len(build_tokenizer()), "first_batch": digest}
 
 
+def _stale_cache_message(path: Path, cached: dict, stamp: dict) -> str:
+    knobs = {"size": "size/teacher_size", "steps": "base_steps/teacher_base_steps", "lr": "pretrain_lr",
+             "batch": "sft_batch", "mobile_share": "pretrain_mobile_share"}
+    differ = [f"{knobs.get(k, k)}: {cached.get(k)!r} there, {stamp.get(k)!r} now"
+              for k in sorted(set(cached) | set(stamp)) if cached.get(k) != stamp.get(k)]
+    return (f"--bases {path.parent}: the cached {stamp['role']} base in {path} was pretrained with other knobs "
+            f"({'; '.join(differ)}); not overwriting it: give another --bases folder (or --out), "
+            "or delete that folder to retrain")
+
+
 def pretrain_base(cfg: DemoConfig, role: str, log=print) -> str:
     """Stage 0 for ``role`` (``teacher`` or ``student``): SFT from random init on fresh tasks of the
     ``pretrain_mobile_share`` platform mix, constant lr. Saved to ``{cfg.bases or cfg.out/bases}/{role}``; a base saved
-    there with the same stamp (knobs, vocabulary, first batch) is reused. Returns the folder."""
+    there with the same stamp (knobs, vocabulary, first batch) is reused. A base saved there with another
+    stamp is never overwritten: a ``UsageError`` names the knobs that differ. The weights and the stamp
+    are written to a temporary folder that is then renamed, so a folder with a stamp is always complete.
+    Returns the folder."""
     torch.set_num_threads(cfg.threads)
     path = Path(cfg.bases or Path(cfg.out) / "bases") / role
     stamp = _stamp(cfg, role)
-    if (path / "pretrain.json").exists() and json.loads((path / "pretrain.json").read_text()) == stamp:
-        log(f"stage 0  {role} base: reusing {path}")
-        return str(path)
+    if (path / "pretrain.json").exists():
+        cached = json.loads((path / "pretrain.json").read_text())
+        if cached == stamp:
+            log(f"stage 0  {role} base: reusing {path}")
+            return str(path)
+        raise UsageError(_stale_cache_message(path, cached, stamp))
     t0 = time.perf_counter()
     tok = build_tokenizer()
     held = frozenset(t.prompt for t in eval_set(cfg.eval_tasks))
@@ -572,8 +596,12 @@ def pretrain_base(cfg: DemoConfig, role: str, log=print) -> str:
     batches = (sample_tasks(cfg.sft_batch, _seed(cfg.base_seed, f"{role}_base_data", s), cfg.pretrain_mobile_share,
                             exclude=held) for s in range(stamp["steps"]))
     losses = sft(policy, batches, stamp["lr"])
-    _save(policy, path)
-    (path / "pretrain.json").write_text(json.dumps(stamp, indent=2))
+    staging = path.parent / f".{role}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    _save(policy, staging)
+    (staging / "pretrain.json").write_text(json.dumps(stamp, indent=2))
+    shutil.rmtree(path, ignore_errors=True)  # a folder without a stamp: an interrupted older save
+    os.replace(staging, path)
     log(f"stage 0  {role} base ({stamp['size']}): {stamp['steps']} steps, final loss "
         f"{losses[-1] if losses else float('nan'):.4f}, {time.perf_counter() - t0:.0f} s")
     return str(path)
@@ -736,7 +764,7 @@ def _pm(ms: tuple[float, float], spec: str) -> str:
 def comparison_table(agg: dict) -> str:
     """Greedy eval per platform, mean ± standard error over seeds (acc = fully correct fraction,
     reward in [-1, 1]), markdown."""
-    lines = [f"| model ({agg['n_seeds']} seeds) | desktop acc | mobile acc | desktop reward | mobile reward |",
+    lines = [f"| model ({_plural(agg['n_seeds'], 'seed')}) | desktop acc | mobile acc | desktop reward | mobile reward |",
              "|---|---|---|---|---|"]
     for name, e in agg["table"].items():
         lines.append(f"| {name} | " + " | ".join([_pm(e[p]["acc"], ".3f") for p in PLATFORMS]
@@ -815,7 +843,8 @@ def run(cfg: DemoConfig, log=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     t0, cpu0 = time.perf_counter(), _tree_cpu()
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
-    log_fn(f"verl-mopd demo: {len(seeds)} seeds in {cfg.n_workers} process(es); per-step rows:\n{_HEADER}")
+    log_fn(f"verl-mopd demo: {_plural(len(seeds), 'seed')} in {_plural(cfg.n_workers, 'process', 'processes')}; "
+           f"per-step rows:\n{_HEADER}")
     roles = ("teacher", "student")
     if cfg.n_workers == 1:
         bases = {r: pretrain_base(cfg, r, log=log_fn) for r in roles}
