@@ -1,4 +1,4 @@
-"""Re-measure the CPU demo and write its numbers into README.md (a check, not a timed test).
+"""Re-measure the CPU demo and write its numbers into README.md and docs/demo.md (a check, not a timed test).
 
     python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
     python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
@@ -7,9 +7,10 @@
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
 ratio, and the wall and CPU time of the whole process tree; it copies the run's ``demo.png`` to
 ``docs/demo.png``. ``sweep`` runs the stage-1/2 part per beta from shared bases and records
-MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the KL-on fraction. Each writes the README
-block between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints and copies
-nothing). Timings depend on the machine's load; the block says how many cores
+MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the KL-on fraction. Each writes the blocks
+between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints and copies nothing):
+``table`` the README's ``demo-summary`` (the measured line, the table, the plot) and docs/demo.md's
+``demo-table`` (everything); ``sweep`` docs/demo.md's ``demo-sweep``. Timings depend on the machine's load; the block says how many cores
 the machine has and its load average when the run started.
 """
 
@@ -38,7 +39,7 @@ def replace_block(text: str, name: str, body: str) -> str:
     """``text`` with the lines between ``<!-- {name}:start -->`` and ``<!-- {name}:end -->`` replaced."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ValueError(f"README.md needs exactly one {start} ... {end} block")
+        raise ValueError(f"the document needs exactly one {start} ... {end} block")
     head, rest = text.split(start)
     _, tail = rest.split(end)
     return f"{head}{start}\n{body.rstrip()}\n{end}{tail}"
@@ -48,7 +49,8 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start"
 
 
-def table(out: Path) -> str:
+def table(out: Path) -> dict[str, str]:
+    """``{block name: body}`` of one cold ``verl-mopd demo`` run."""
     from verl_mopd.demo.run import comparison_table, difference_table
 
     shutil.rmtree(out, ignore_errors=True)
@@ -62,22 +64,20 @@ def table(out: Path) -> str:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     s = json.loads((out / "summary.json").read_text())
     g, cfg = s["grad_ratio"], s["config"]
-    return "\n".join([
-        f"Measured by `python scripts/demo_readme.py table`: `verl-mopd demo` at its defaults ({cfg['seeds']} seeds, "
-        f"{cfg['eval_tasks']} held-out tasks per platform, greedy), **{wall:.0f} s wall, {cpu:.0f} s CPU** for the "
-        f"whole process tree ({machine}). Mean ± standard error over seeds:",
-        "",
-        comparison_table(s["aggregate"]),
-        "",
+    measured = (f"Measured by `python scripts/demo_readme.py table`: `verl-mopd demo` at its defaults "
+                f"({cfg['seeds']} seeds, {cfg['eval_tasks']} held-out tasks per platform, greedy), **{wall:.0f} s "
+                f"wall, {cpu:.0f} s CPU** for the whole process tree ({machine}). Mean ± standard error over seeds:")
+    plot = "![demo.png of this run: per-platform rollout reward of MOPD and GRPO, K3, gradient-norm ratio]({})"
+    full = "\n".join([
+        measured, "", comparison_table(s["aggregate"]), "",
         "Paired per seed (MOPD − X on the same tasks; *above*/*below*: more than 2 standard errors from 0):",
-        "",
-        difference_table(s["aggregate"]),
-        "",
+        "", difference_table(s["aggregate"]), "",
         f"beta = {cfg['beta']}: `beta*|grad K3| / |grad PG|` median {g['median']:.2f} (10-90%: {g['q10']:.2f}-"
         f"{g['q90']:.2f}) over {g['steps']} MOPD steps with reward variance.",
-        "",
-        f"![demo.png of this run: per-platform rollout reward of MOPD and GRPO, K3, gradient-norm ratio]({PLOT})",
+        "", plot.format("demo.png"),
     ])
+    summary = "\n".join([measured, "", comparison_table(s["aggregate"]), "", plot.format(PLOT)])
+    return {"README.md:demo-summary": summary, "docs/demo.md:demo-table": full}
 
 
 def _window(records, key, first: bool, n: int = 10) -> float:
@@ -116,17 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["table", "sweep"])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: TMPDIR/verl-mopd-demo-<what>)")
-    parser.add_argument("--no-write", action="store_true", help="print the block, leave README.md alone")
+    parser.add_argument("--no-write", action="store_true", help="print the blocks, leave the documents alone")
     args = parser.parse_args(argv)
     out = (args.out or Path(tempfile.gettempdir()) / f"verl-mopd-demo-{args.what}").resolve()
-    body = table(out) if args.what == "table" else sweep(out)
-    print(body)
+    blocks = table(out) if args.what == "table" else {"docs/demo.md:demo-sweep": sweep(out)}
+    for where, body in blocks.items():
+        print(f"--- {where}\n{body}")
     if not args.no_write:
-        readme = ROOT / "README.md"
-        readme.write_text(replace_block(readme.read_text(), f"demo-{args.what}", body))
+        for where, body in blocks.items():
+            doc, _, name = where.partition(":")
+            path = ROOT / doc
+            path.write_text(replace_block(path.read_text(), name, body))
+            print(f"wrote the {name} block of {path}")
         if args.what == "table":
             shutil.copyfile(out / "demo.png", ROOT / PLOT)
-        print(f"\nwrote the demo-{args.what} block of {readme}")
     return 0
 
 
