@@ -49,7 +49,7 @@ def _machine() -> str:
 
 
 def table(out: Path) -> str:
-    from verl_mopd.demo.run import comparison_table, difference_table
+    from verl_mopd.demo.report import comparison_table, difference_table
 
     shutil.rmtree(out, ignore_errors=True)
     machine = _machine()
