@@ -51,7 +51,7 @@ def _machine() -> str:
 
 def table(out: Path) -> dict[str, str]:
     """``{block name: body}`` of one cold ``verl-mopd demo`` run."""
-    from verl_mopd.demo.run import comparison_table, difference_table
+    from verl_mopd.demo.report import comparison_table, difference_table
 
     shutil.rmtree(out, ignore_errors=True)
     machine = _machine()

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from verl_mopd.demo.cli import main
 from verl_mopd.demo.models import build_model, build_tokenizer
-from verl_mopd.demo.run import (
-    BASELINES, METRIC_FIELDS, MODELS, DemoConfig, Policy, TeacherScorer, aggregate, pretrain_base, rl_step, run, sft,
-)
+from verl_mopd.demo.config import BASELINES, METRIC_FIELDS, MODELS, DemoConfig
+from verl_mopd.demo.report import aggregate
+from verl_mopd.demo.run import run
+from verl_mopd.demo.stages import Policy, TeacherScorer, pretrain_base, rl_step, sft
 from verl_mopd.demo.tasks import CELL_CENTERS, HALF_CELL, INTENTS, make_task, make_tasks, mobile_frame, sample_tasks
 from verl_mopd.errors import UsageError
 from verl_mopd.rewards import compute_score

@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from dataclasses import fields
 
-from verl_mopd.demo.run import DemoConfig
+from verl_mopd.demo.config import DemoConfig
 from verl_mopd.errors import UsageError
 
 _HELP = {

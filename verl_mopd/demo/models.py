@@ -12,16 +12,12 @@ import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 
+from verl_mopd.demo.config import SIZES
 from verl_mopd.demo.tasks import corpus
 
 __all__ = ["SIZES", "PAD", "EOS", "UNK", "build_tokenizer", "build_model"]
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-#: model sizes: hidden, layers, heads, kv heads
-SIZES = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
-    "small": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2),
-}
 _PIECES = Regex(r'"[^"]*"|</?tool_call>|[{}\[\]:,|]|[^\s{}\[\]:,|"]+')
 
 
