@@ -454,9 +454,11 @@ def mopd_distillation_ppo_loss(config, distillation_config, model_output: dict |
     rows fill one fixed-size micro-batch of 4). There the distillation term is exactly 0 (a sum
     over no token), so this returns what verl's formula gives: verl's own ``ppo_loss`` when task
     rewards or the policy gradient are on (else a zero tied to the graph) and
-    ``distillation/loss = 0``; the per-token metrics (ours and verl's min/max) are not logged for
-    that micro-batch, so they average over micro-batches that have tokens. Any other call is
-    verl's function unchanged. Same arguments as verl's.
+    ``distillation/loss = 0``. It logs every metric a micro-batch with tokens logs, since verl's
+    ``Metric.aggregate_dp`` refuses data-parallel ranks with unequal value counts: ours from
+    :func:`compute_mopd_k3` (sums of 0 over no token, as for a micro-batch whose KL is all gated
+    off) and verl's ``distillation/loss_min`` / ``_max`` as +inf / -inf, neutral for their MIN / MAX
+    aggregation. Any other call is verl's function unchanged. Same arguments as verl's.
     """
     from verl.trainer.distillation.losses import distillation_ppo_loss
     from verl.utils.metric import AggregationType, Metric
@@ -474,6 +476,10 @@ def mopd_distillation_ppo_loss(config, distillation_config, model_output: dict |
             policy_loss = zero
     else:
         policy_loss, metrics = zero, {}
+    _, k3_metrics = compute_mopd_k3(config, distillation_config, model_output, data)
+    metrics.update(k3_metrics)
+    metrics["distillation/loss_min"] = Metric(AggregationType.MIN, math.inf)
+    metrics["distillation/loss_max"] = Metric(AggregationType.MAX, -math.inf)
     metrics["distillation/loss"] = Metric(value=zero.detach(), aggregation=AggregationType.SUM)
     return policy_loss, metrics
 

@@ -327,8 +327,25 @@ def test_a_micro_batch_of_padding_rows_only_trains_like_the_rest():
         logged.append(metrics)
     assert total == pytest.approx(full_loss.item(), rel=1e-12)
     torch.testing.assert_close(grad, leaf.grad)
-    assert logged[1]["distillation/loss"].values == [0.0] and "mopd/k3_mean_kl_on" not in logged[1]
+    assert logged[1]["distillation/loss"].values == [0.0]
     assert {"actor/pg_loss", "distillation/loss_min"} <= set(logged[0])
+    # the padding-only micro-batch logs every key, so verl's data-parallel aggregation works when one
+    # rank gets it and another does not (Metric.aggregate_dp refuses unequal value counts)
+    assert set(logged[1]) == set(logged[0])
+    from verl.utils.metric import Metric
+
+    def rank(micros):
+        merged = {}
+        for m in micros:
+            for k, v in m.items():
+                merged.setdefault(k, v.init_list()).extend(v)
+        return merged
+
+    rank_a, rank_b = rank([logged[0], logged[1]]), rank([logged[0], logged[0]])
+    agg = {k: Metric.aggregate_dp([rank_a[k], rank_b[k]]) for k in rank_a}
+    assert agg["distillation/loss_min"] == logged[0]["distillation/loss_min"].values[0]
+    assert agg["distillation/loss_max"] == logged[0]["distillation/loss_max"].values[0]
+    assert agg["mopd/kl_on_tokens"] == pytest.approx(1.5 * logged[0]["mopd/kl_on_tokens"].values[0])
 
 
 def test_k3_mean_kl_on_is_what_the_docs_say():
