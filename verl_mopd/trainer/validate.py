@@ -6,27 +6,31 @@ section verl converts to dataclasses (``omega_conf_to_dataclass``), runs verl's
 the cluster, the reward gate against the group filter, the paths. ``verl-mopd validate-recipe``
 and ``python -m verl_mopd.trainer.main`` call it before anything starts.
 
-Validation never runs code from the recipe. Converting a section makes hydra instantiate its
-``_target_``, so every ``_target_`` in the composed config (overrides included) must first name
-one of verl's (or verl-mopd's) config dataclasses, ``verl.*`` / ``verl_mopd.*`` subclasses of
-verl's ``BaseConfig`` (:func:`code_target_problems`); anything else is a problem and nothing is
-converted. ``pkg://`` search paths are limited to the same packages, since hydra imports them
-while composing (:func:`searchpath_problems`).
+Validation never runs code from the recipe (``verl_mopd.trainer.recipe_safety``: every ``_target_``
+and ``pkg://`` search path is checked first); the GPU counts, the async trainers' asserts and the
+colocation slots are ``verl_mopd.trainer.cluster_checks``. This module keeps the cross-section
+checks (the mopd block against the data, the gate against the group filter, the sampler against
+the teachers) and ``verl-mopd validate-recipe``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
-import importlib
 import io
 import math
 import os
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from verl_mopd.trainer.cluster_checks import (
+    _check_cluster,
+    _check_placement_and_mode,
+    checkpoint_dir_problems,
+    section,
+)
+from verl_mopd.trainer.recipe_safety import code_target_problems, searchpath_problems
 
 if TYPE_CHECKING:
     from verl_mopd.config import MOPDConfig
@@ -35,8 +39,7 @@ if TYPE_CHECKING:
 METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1.0, -0.5, 1.0)}
 
 
-def _section(config: DictConfig, path: str):
-    return OmegaConf.select(config, path, default=None)
+_section = section
 
 
 def _convert(config: DictConfig, path: str, problems: list[str]):
@@ -268,158 +271,8 @@ def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) 
 
 # ---------------------------------------------------------------- never run recipe code
 
-#: packages whose config dataclasses a recipe's ``_target_`` may name, and ``pkg://`` may import
-TRUSTED_PACKAGES = ("verl", "verl_mopd")
-
-
-def _trusted(dotted: str) -> bool:
-    return any(dotted == p or dotted.startswith(p + ".") for p in TRUSTED_PACKAGES)
-
-
-def _target_problem(where: str, target: Any) -> str | None:
-    """None when ``target`` names a verl / verl-mopd config dataclass, else why not."""
-    why = "validation runs no code from a recipe; allowed: verl's and verl-mopd's config dataclasses (BaseConfig)"
-    if not isinstance(target, str) or not _trusted(target):
-        return f"{where}._target_={target!r}: not allowed ({why})"
-    from verl.base_config import BaseConfig
-
-    parts = target.split(".")
-    obj: Any = None
-    for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix, then attributes
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[i:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            obj = None
-        break
-    if obj is None:
-        return f"{where}._target_={target!r}: cannot be resolved"
-    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and issubclass(obj, BaseConfig)):
-        return f"{where}._target_={target!r}: not allowed ({why})"
-    return None
-
-
-def code_target_problems(config: DictConfig) -> list[str]:
-    """Every ``_target_`` of the composed config that is not a verl / verl-mopd config dataclass."""
-    try:
-        tree = OmegaConf.to_container(config, resolve=True)
-    except Exception as exc:  # noqa: BLE001 - an interpolation that does not resolve
-        where = getattr(exc, "full_key", None)
-        return [f"{where or 'the config'} does not resolve: {str(exc).splitlines()[0]}"]
-    problems: list[str] = []
-
-    def walk(node: Any, where: str) -> None:
-        if isinstance(node, dict):
-            if "_target_" in node:
-                problem = _target_problem(where or "<root>", node["_target_"])
-                if problem:
-                    problems.append(problem)
-            for key, value in node.items():
-                walk(value, f"{where}.{key}" if where else str(key))
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, f"{where}[{i}]")
-
-    walk(tree, "")
-    return problems
-
-
-def searchpath_problems(path: str, overrides: list[str] | None = None) -> list[str]:
-    """``hydra.searchpath`` entries (recipe file or overrides) that would import a package other than
-    verl's or verl-mopd's while composing. Read without composing."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    entries: list[tuple[str, Any]] = []
-    try:
-        primary = OmegaConf.load(path)
-        entries.append((path, OmegaConf.select(primary, "hydra.searchpath", default=None)))
-    except Exception as exc:  # noqa: BLE001 - compose reports unreadable YAML itself
-        return [f"{path}: not readable YAML ({str(exc).splitlines()[0]})"]
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides or []))
-    except Exception as exc:  # noqa: BLE001 - a malformed override
-        return [f"overrides: {str(exc).splitlines()[0]}"]
-    for o in parsed:
-        if o.key_or_group == "hydra.searchpath":
-            entries.append(("override hydra.searchpath", o.value()))
-    problems = []
-    for where, value in entries:
-        values = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-        for entry in values if isinstance(values, list) else ([] if values is None else [values]):
-            entry = str(entry)
-            if entry.startswith("pkg://") and not _trusted(entry[len("pkg://") :].strip("/").replace("/", ".")):
-                problems.append(
-                    f"{where}: hydra.searchpath entry {entry!r} would import that package; validation runs no code "
-                    f"from a recipe (pkg:// is allowed for {list(TRUSTED_PACKAGES)}; use file:// for YAML folders)"
-                )
-    return problems
-
 
 # ---------------------------------------------------------------- cluster shape and numbers
-
-
-def _positive_int(config: DictConfig, key: str, problems: list[str]) -> int | None:
-    value = _section(config, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        problems.append(f"{key}={value!r}: must be a positive integer")
-        return None
-    return value
-
-
-def _check_cluster(config: DictConfig, problems: list[str]) -> bool:
-    """GPU counts and the rollout's parallel layout; False when they are unusable (the checks that
-    divide by them must not run)."""
-    if _section(config, "trainer") is None:
-        return True
-    n_gpus = _positive_int(config, "trainer.n_gpus_per_node", problems)
-    nnodes = _positive_int(config, "trainer.nnodes", problems)
-    if n_gpus is None or nnodes is None:
-        return False
-    rollout = _section(config, "actor_rollout_ref.rollout")
-    if rollout is None:
-        return True
-    sizes = {}
-    for name in ("tensor_model_parallel_size", "data_parallel_size", "pipeline_model_parallel_size"):
-        if rollout.get(name) is not None:
-            sizes[name] = _positive_int(config, f"actor_rollout_ref.rollout.{name}", problems)
-    if any(v is None for v in sizes.values()):
-        return False
-    replica = math.prod(sizes.values())
-    separate = int(rollout.get("nnodes") or 0) > 0
-    pool_key = (
-        "actor_rollout_ref.rollout.n_gpus_per_node*nnodes" if separate else "trainer.n_gpus_per_node*trainer.nnodes"
-    )
-    pool = int(rollout.get("n_gpus_per_node") or 0) * int(rollout.get("nnodes")) if separate else n_gpus * nnodes
-    if pool % replica:
-        problems.append(
-            f"actor_rollout_ref.rollout TP*DP*PP={replica} ({sizes}) does not divide {pool_key}={pool}: every "
-            "rollout replica needs that many GPUs and the pool must split into whole replicas"
-        )
-    return True
-
-
-def checkpoint_dir_problems(config: DictConfig) -> list[str]:
-    """``trainer.default_local_dir`` must be absolute when the job spans more than one node: every
-    Megatron rank writes its checkpoint shards there and the driver its ``data.pt`` (and our
-    ``batching_state.json``, ``mopd_held_prompts.pt``), each resolving a relative path against its
-    own working directory on its own node, so the checkpoint would be scattered and unresumable."""
-    folder = _section(config, "trainer.default_local_dir")
-    nodes = _section(config, "trainer.nnodes")
-    rollout_nodes = _section(config, "actor_rollout_ref.rollout.nnodes") or 0
-    if not isinstance(nodes, int) or not isinstance(rollout_nodes, int) or folder is None:
-        return []
-    total = nodes + rollout_nodes  # a separate rollout pool adds nodes
-    if total > 1 and not os.path.isabs(str(folder)):
-        return [
-            f"trainer.default_local_dir={folder} is relative, but the job runs on {total} nodes: each node would "
-            "write its checkpoint shards under its own working directory; set it to an absolute folder on storage "
-            "every node mounts (the recipes read CKPT_DIR: CKPT_DIR=/shared/ckpt)"
-        ]
-    return []
 
 
 def _finite(config: DictConfig, key: str) -> Any:
@@ -497,75 +350,6 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, _section(config, key), problems, warnings)
     return problems, warnings
-
-
-def _check_placement_and_mode(config: DictConfig, problems: list[str]) -> None:
-    """What verl checks only once the trainer and its pools exist: the separate-async trainer's
-    constructor asserts, and the number of processes sharing each GPU of the actor's pool."""
-    _check_separate_async(config, problems)
-    _check_colocated_slots(config, problems)
-
-
-def _check_separate_async(config: DictConfig, problems: list[str]) -> None:
-    """``verl.trainer.ppo.v1.trainer_separate_async.PPOTrainerSeparateAsync.__init__``'s asserts."""
-    mode = str(_section(config, "trainer.v1.trainer_mode"))
-    if mode not in ("separate_async", "mopd_separate_async"):
-        return
-    train, mini = _section(config, "data.train_batch_size"), _section(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    sync = _section(config, "trainer.v1.separate_async.parameter_sync_step")
-    if train != sync * mini:
-        problems.append(
-            f"trainer.v1.trainer_mode={mode} needs data.train_batch_size == trainer.v1.separate_async.parameter_sync_step"
-            f" * actor_rollout_ref.actor.ppo_mini_batch_size, got {train} != {sync} * {mini} (verl's separate-async "
-            f"trainer asserts it); e.g. set trainer.v1.separate_async.parameter_sync_step={train // mini if mini else 1}"
-        )
-    for key in ("nnodes", "n_gpus_per_node"):
-        if not (_section(config, f"actor_rollout_ref.rollout.{key}") or 0) > 0:
-            problems.append(
-                f"trainer.v1.trainer_mode={mode} runs the rollout on its own pool: set actor_rollout_ref.rollout.{key} > 0 "
-                f"(got {_section(config, f'actor_rollout_ref.rollout.{key}')})"
-            )
-    backend = _section(config, "actor_rollout_ref.rollout.checkpoint_engine.backend")
-    if backend == "naive":
-        problems.append(
-            f"trainer.v1.trainer_mode={mode}: actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send "
-            "weights to a separate rollout pool; use nccl (or nixl, mooncake)"
-        )
-    if bool(_section(config, "reward.reward_model.enable")) and not bool(
-        _section(config, "reward.reward_model.enable_resource_pool")
-    ):
-        problems.append(
-            f"trainer.v1.trainer_mode={mode}: a colocated reward model is not supported (the standalone rollout never "
-            "pauses); set reward.reward_model.enable_resource_pool=true"
-        )
-
-
-def _check_colocated_slots(config: DictConfig, problems: list[str]) -> None:
-    """verl's global pool gives every process 1 / ``ResourcePoolManager.max_colocate_count`` of a GPU;
-    one process too many and Ray waits on the placement forever, without an error."""
-    from verl.single_controller.ray.base import ResourcePoolManager
-    from verl.trainer.ppo.utils import need_critic
-
-    slots = ResourcePoolManager.__dataclass_fields__["max_colocate_count"].default
-    users = ["actor/rollout"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # verl warns on every call; validate() has already reported it
-        critic = need_critic(config)
-    if critic:
-        users.append("critic")
-    if bool(_section(config, "reward.reward_model.enable")) and not bool(
-        _section(config, "reward.reward_model.enable_resource_pool")
-    ):
-        users.append("reward model")
-    teachers = OmegaConf.to_container(_section(config, "mopd.teachers") or {}, resolve=True)
-    users += [f"teacher {p}" for p, t in teachers.items()
-              if isinstance(t, dict) and t.get("placement") == "colocated" and t.get("backend", "hf") != "server"]
-    if len(users) > slots:
-        problems.append(
-            f"the actor's resource pool runs {slots} processes per GPU (verl's ResourcePoolManager.max_colocate_count) "
-            f"but {len(users)} share it: {users}; give a teacher placement: dedicated or the reward model its own pool "
-            "(reward.reward_model.enable_resource_pool=true)"
-        )
 
 
 def compose_recipe(path: str, overrides: list[str] | None = None) -> DictConfig:
