@@ -4,8 +4,7 @@ Ray and verl's single controller) owns the teacher worker groups: import it from
 ``verl_mopd.teachers.group``. The ``mopd.teachers`` block is part of
 ``verl_mopd.config.MOPDConfig``."""
 
-from verl_mopd.teachers.config import TeacherConfig, validate_before_load
+from verl_mopd.teachers.config import TeacherConfig
 from verl_mopd.teachers.router import UnknownRouteError, merge, split
 
-__all__ = ["TeacherConfig", "validate_before_load",
-           "UnknownRouteError", "split", "merge"]
+__all__ = ["TeacherConfig", "UnknownRouteError", "split", "merge"]

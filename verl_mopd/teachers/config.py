@@ -35,8 +35,6 @@ __all__ = [
     "validate_tokenizers",
     "validate_model_configs",
     "compare_with_student",
-    "validate_pools",
-    "validate_before_load",
 ]
 
 BACKENDS = ("hf", "megatron", "server")
@@ -332,49 +330,3 @@ def compare_with_student(teachers: Any, student_path: str, *, student_tokenizer_
         errors += validate_model_configs(student_cfg, {p: c for p, c in cfgs.items() if c is not None},
                                          student_path=student_path, teacher_paths=paths)
     return errors
-
-
-def validate_pools(teachers: Any, total_gpus: int, actor_gpus: int) -> list[str]:
-    """Resource pools add up: dedicated teacher pools + the actor pool fit the cluster, and a
-    colocated teacher fits in the actor's pool."""
-    errors = []
-    worker = {p: c for p, c in teachers.teachers.items() if c.backend != "server"}
-    dedicated = sum(c.world_size for c in teachers.teachers.values() if c.placement == "dedicated")
-    if actor_gpus + dedicated > total_gpus:
-        errors.append(
-            f"resource pools: actor {actor_gpus} + dedicated teachers {dedicated} = {actor_gpus + dedicated} "
-            f"devices > trainer.n_gpus_per_node*trainer.nnodes={total_gpus}"
-        )
-    for platform, c in worker.items():
-        if c.placement == "colocated" and c.world_size > actor_gpus:
-            errors.append(
-                f"mopd.teachers.{platform}: colocated teacher needs {c.world_size} devices but the actor pool has "
-                f"{actor_gpus}"
-            )
-    return errors
-
-
-def validate_before_load(
-    teachers: Any,
-    *,
-    data_platforms: Mapping[str, Iterable[str]],
-    rollout_temperature: float,
-    student_tokenizer=None,
-    teacher_tokenizers: Mapping[str, Any] | None = None,
-    total_gpus: int | None = None,
-    actor_gpus: int | None = None,
-) -> None:
-    """Run every check and raise one ``ConfigError`` listing all problems.
-
-    ``data_platforms`` maps a split name (``train``, ``val``) to the routing-key values in it.
-    Tokenizers are cheap to load (no weights), so this runs before any model is built.
-    """
-    errors = []
-    for split_name, values in data_platforms.items():
-        errors += validate_platforms(values, teachers.platforms, split_name)
-    errors += validate_temperature(rollout_temperature)
-    if student_tokenizer is not None and teacher_tokenizers:
-        errors += validate_tokenizers(student_tokenizer, teacher_tokenizers)
-    if total_gpus is not None and actor_gpus is not None:
-        errors += validate_pools(teachers, total_gpus, actor_gpus)
-    _raise_if(errors)
