@@ -5,15 +5,15 @@ import os
 
 import pytest
 import torch
+from _tq_memory import InMemoryTQ
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tensordict import NonTensorStack, TensorDict
+from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base
 
 import verl_mopd
-from _tq_memory import InMemoryTQ
-from verl.trainer.ppo.v1 import get_trainer_cls, trainer_base
-from verl_mopd.config import MOPDDistillationLossConfig
-from verl_mopd.config import MOPDConfig
+from verl_mopd.batching.held import HELD_PROMPTS_FILE
+from verl_mopd.config import MOPDConfig, MOPDDistillationLossConfig
 from verl_mopd.trainer import mopd_trainer
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
@@ -106,7 +106,9 @@ def test_registration_check_fails_loudly(monkeypatch):
 
 
 def test_distillation_loss_fn_for_worker_backend_teachers():
-    from verl_mopd.losses import mopd_distillation_ppo_loss as distillation_ppo_loss  # verl's, any micro-batch
+    from verl_mopd.losses import (
+        mopd_distillation_ppo_loss as distillation_ppo_loss,  # verl's, any micro-batch
+    )
 
     fn = mopd_trainer.distillation_loss_fn(compose_mopd())
     assert fn.func is distillation_ppo_loss
@@ -147,7 +149,6 @@ QUOTA = [
 
 def _prompt(i, platform):
     import numpy as np
-
     from verl.utils import tensordict_utils as tu
 
     return tu.get_tensordict({
@@ -179,13 +180,13 @@ def test_domain_aware_refill_holds_back_paused_domains(monkeypatch):
 
     assert trainer._add_prompts_to_generate(3) == 3
     assert [str(x) for x in list(submitted[-1]["platform"])] == ["mobile", "mobile", "mobile"]
-    assert len(trainer._held_prompts) == 2  # the two desktop prompts drawn on the way
+    assert len(trainer.held_prompts.rows) == 2  # the two desktop prompts drawn on the way
     paused["domains"] = frozenset()
     trainer.global_steps = 5
     assert trainer._add_prompts_to_generate(2) == 2
     assert [str(x) for x in list(submitted[-1]["platform"])] == ["desktop", "desktop"]  # held ones first
     assert submitted[-1]["global_steps"] == 5  # drawn at step 1, submitted now: stamped with this step
-    assert trainer._held_prompts == []
+    assert trainer.held_prompts.rows == []
 
 
 def test_the_per_step_batch_is_domain_aware_too(monkeypatch):
@@ -195,7 +196,7 @@ def test_the_per_step_batch_is_domain_aware_too(monkeypatch):
     monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"mobile"}))
     trainer._add_batch_to_generate()  # verl's method, unchanged
     assert [str(x) for x in list(submitted[-1]["platform"])] == ["desktop"] * 4
-    assert {str(list(r["platform"])[0]) for r in trainer._held_prompts} == {"mobile"}
+    assert {str(list(r["platform"])[0]) for r in trainer.held_prompts.rows} == {"mobile"}
 
 
 def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
@@ -203,7 +204,7 @@ def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
     trainer = _quota_trainer(monkeypatch, submitted)
     monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"desktop"}))
     trainer._add_prompts_to_generate(3)
-    held = [str(list(r["uid"])[0]) for r in trainer._held_prompts]
+    held = [str(list(r["uid"])[0]) for r in trainer.held_prompts.rows]
     assert held
 
     def verl_save(self):  # verl's part: actor, dataloader, the tracker file
@@ -223,7 +224,7 @@ def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
     monkeypatch.setattr(resumed.replay_buffer, "load_checkpoint", lambda folder: None)
     resumed.config.trainer.default_local_dir = str(tmp_path)
     resumed._load_checkpoint()
-    assert [str(list(r["uid"])[0]) for r in resumed._held_prompts] == held
+    assert [str(list(r["uid"])[0]) for r in resumed.held_prompts.rows] == held
 
 
 def test_our_state_is_in_the_step_folder_before_verl_marks_the_step_latest(monkeypatch, tmp_path):
@@ -255,7 +256,7 @@ def test_our_state_is_in_the_step_folder_before_verl_marks_the_step_latest(monke
     monkeypatch.setattr(trainer_base, "open", spy_open, raising=False)  # verl's module-level `open`
     trainer._save_checkpoint()
     assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "7"
-    assert {"batching_state.json", mopd_trainer.HELD_PROMPTS_FILE, "actor", "data.pt"} <= set(
+    assert {"batching_state.json", HELD_PROMPTS_FILE, "actor", "data.pt"} <= set(
         seen["at_tracker_write"])
-    assert len(torch.load(tmp_path / "global_step_7" / mopd_trainer.HELD_PROMPTS_FILE, weights_only=False)) == len(
-        trainer._held_prompts) > 0
+    assert len(torch.load(tmp_path / "global_step_7" / HELD_PROMPTS_FILE, weights_only=False)) == len(
+        trainer.held_prompts.rows) > 0

@@ -32,6 +32,7 @@ from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from verl_mopd.batching.held import HeldPrompts
 from verl_mopd.losses import MOPD_LOSS_MODE, require_registered
 from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay importable from here)
     STEP_DUMP_ENV,
@@ -48,8 +49,6 @@ from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay im
 # first `import verl`, so importing it here would be circular.
 
 logger = logging.getLogger(__name__)
-
-HELD_PROMPTS_FILE = "mopd_held_prompts.pt"
 
 #: our trainer_mode -> the verl trainer_mode whose semantics it keeps
 MOPD_TRAINER_MODES = {
@@ -95,7 +94,7 @@ class MOPDTrainerMixin:
         self.mopd_trainer_mode = set_verl_trainer_mode(config, MOPD_TRAINER_MODES[requested])
         self.mopd_config = mopd_config_from(config)  # the mopd block; an unknown key is an error here
         self.teacher_group = None
-        self._held_prompts: list = []  # drawn prompts of paused domains (domain-aware refill)
+        self.held_prompts = HeldPrompts()  # drawn prompts of paused domains (domain-aware refill)
         super().__init__(config)
 
     # -- start-up checks ---------------------------------------------------------------------
@@ -119,30 +118,21 @@ class MOPDTrainerMixin:
         """Our state into ``global_step_N/`` first, then verl's save: verl's ``_save_checkpoint``
         writes ``latest_checkpointed_iteration.txt`` (the step a resume takes) as its last act, so
         a crash at any point never leaves a "latest" step without our files."""
-        import torch
-
-        from verl_mopd.files import atomic_write
-
         folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
         os.makedirs(folder, exist_ok=True)
         if hasattr(self.replay_buffer, "save_checkpoint"):
             self.replay_buffer.save_checkpoint(folder)
-        with atomic_write(os.path.join(folder, HELD_PROMPTS_FILE), "wb") as f:  # as batching_state.json
-            torch.save(self._held_prompts, f)
+        self.held_prompts.save(folder)
         super()._save_checkpoint()
 
     def _load_checkpoint(self):
-        import torch
-
         super()._load_checkpoint()
         folder = self._resumed_step_folder()
         if folder is None:
             return
         if hasattr(self.replay_buffer, "load_checkpoint"):
             self.replay_buffer.load_checkpoint(folder)
-        held = os.path.join(folder, HELD_PROMPTS_FILE)
-        if os.path.exists(held):
-            self._held_prompts = torch.load(held, weights_only=False)
+        self.held_prompts.load(folder)
 
     def _resumed_step_folder(self) -> str | None:
         """The ``global_step_N`` folder verl's ``_load_checkpoint`` resumed from (same rules), or None."""
@@ -166,30 +156,12 @@ class MOPDTrainerMixin:
         decides). The batch carries the current ``global_steps``, as verl's own draw does.
         """
         paused = getattr(self.replay_buffer, "paused_domains", None)
-        paused = frozenset(paused()) if paused else frozenset()
-        if not paused and not self._held_prompts:
-            return super()._next_train_batch(num_prompts)
-        from verl.utils import tensordict_utils as tu
-
-        num_prompts = num_prompts or self.config.data.train_batch_size
-        key = self.replay_buffer.batching.domain_key
-        chosen, still_held = [], []
-        for row in self._held_prompts:
-            (chosen if _row_domain(row, key) not in paused and len(chosen) < num_prompts else still_held).append(row)
         gen_batch_size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
-        budget = 4 * num_prompts
-        while len(chosen) < num_prompts and budget > 0:
-            batch = super()._next_train_batch(gen_batch_size)
-            budget -= len(batch)
-            for i in range(len(batch)):
-                row = tu.index_select_tensor_dict(batch, [i])
-                (still_held if _row_domain(row, key) in paused else chosen).append(row)
-        while len(chosen) < num_prompts and still_held:  # nothing else to draw: release held prompts
-            chosen.append(still_held.pop(0))
-        self._held_prompts = still_held + chosen[num_prompts:]
-        batch = tu.concat_tensordict(chosen[:num_prompts])
-        tu.assign_non_tensor_data(batch, "global_steps", self.global_steps)  # concat keeps the first row's
-        return batch
+        batch = self.held_prompts.next_batch(
+            super()._next_train_batch, num_prompts or self.config.data.train_batch_size, gen_batch_size,
+            frozenset(paused()) if paused else frozenset(),
+            getattr(getattr(self.replay_buffer, "batching", None), "domain_key", None), self.global_steps)
+        return super()._next_train_batch(num_prompts) if batch is None else batch  # nothing paused or held
 
     # -- per step ---------------------------------------------------------------------------
     def _compute_advantage(self, batch, metrics: dict[str, Any]):
@@ -219,7 +191,7 @@ class MOPDTrainerMixin:
 
         state = self.replay_buffer.state_dict() if hasattr(self.replay_buffer, "state_dict") else None
         record = {"step": self.global_steps, "when": when, "sampler": state,
-                  "held_prompts": [held_prompt_digest(row) for row in self._held_prompts]}
+                  "held_prompts": [held_prompt_digest(row) for row in self.held_prompts.rows]}
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "batching_state.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(record, sort_keys=True) + "\n")
@@ -265,12 +237,6 @@ def held_prompt_digest(row) -> str:
         feed(name)
         feed(row[name])
     return digest.hexdigest()
-
-
-def _row_domain(row, key: str) -> str:
-    value = row[key]
-    value = value.tolist() if hasattr(value, "tolist") else list(value)
-    return str(value[0] if isinstance(value, list) else value)
 
 
 @register_trainer("mopd_sync")
