@@ -169,3 +169,10 @@ def test_the_megatron_teacher_reads_only_what_verls_engine_uses(ray_tq, tp_teach
           f"({saved} saved: position_ids, prompts, responses)")
     assert saved == sum(tensordict_nbytes(full.select(k)) for k in ("position_ids", "prompts", "responses"))
     ray_tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_a_worker_without_model_parallel_groups_fetches_its_own_shard():
+    class Alone(FetchOnceWorker):  # no TP x PP group: every rank reads its own shard, as verl's tqbridge
+        rank = 3
+
+    assert Alone().fetch_group() == (None, 3, None)

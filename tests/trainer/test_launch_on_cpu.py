@@ -40,11 +40,11 @@ def test_mopd_base_registers_the_callback():
     assert "verl_mopd.trainer.launch.CheckMopdBlock" in targets
 
 
-def test_stock_main_ppo_refuses_a_mistyped_mopd_key_before_starting_ray():
+def test_stock_main_ppo_refuses_a_mistyped_mopd_key_before_starting_ray(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "verl.trainer.main_ppo", f"--config-path={MULTI_DOMAIN.parent}",
          f"--config-name={MULTI_DOMAIN.stem}", "+mopd.tau_k1=0.5"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,  # hydra writes outputs/ in the cwd
     )
     assert out.returncode != 0
     assert "mopd.tau_k1: unknown key; did you mean mopd.tau_kl?" in out.stderr, out.stderr[-3000:]

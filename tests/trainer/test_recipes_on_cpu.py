@@ -148,9 +148,9 @@ def test_checkpoints_go_to_an_absolute_folder_from_ckpt_dir(monkeypatch):
     monkeypatch.delenv("CKPT_DIR", raising=False)
     for recipe in (STAGE2, SMALL, STAGE1):
         assert compose_recipe(str(recipe)).trainer.default_local_dir.startswith("/"), recipe.name
-    monkeypatch.setenv("CKPT_DIR", "/shared/ckpt")
-    assert compose_recipe(str(STAGE2)).trainer.default_local_dir == "/shared/ckpt/UI-MOPD/stage2-qwen3vl8b-mopd"
-    assert compose_recipe(str(STAGE1)).trainer.default_local_dir == "/shared/ckpt/UI-MOPD/stage1-desktop-teacher-sft"
+    monkeypatch.setenv("CKPT_DIR", "/mnt/ckpt")
+    assert compose_recipe(str(STAGE2)).trainer.default_local_dir == "/mnt/ckpt/UI-MOPD/stage2-qwen3vl8b-mopd"
+    assert compose_recipe(str(STAGE1)).trainer.default_local_dir == "/mnt/ckpt/UI-MOPD/stage1-desktop-teacher-sft"
 
 
 @pytest.mark.parametrize("recipe, overrides, nodes", [

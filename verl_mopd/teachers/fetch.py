@@ -110,8 +110,12 @@ class FetchOnceWorker:
 
     def fetch_group(self) -> tuple[Any, int, torch.device | None]:
         """``(process group, global rank that fetches, broadcast device)`` of this rank's
-        model-parallel group; ``(None, self.rank, None)`` when the rank is alone in it."""
-        raise NotImplementedError
+        model-parallel group; ``(None, self.rank, None)`` when the rank is alone in it.
+
+        This default is that case (every rank its own group, so every rank fetches its own shard, as
+        verl's ``tqbridge`` does); a worker with tensor or pipeline parallelism overrides it
+        (``MegatronTeacherWorker``: its TP x PP group and the group's first rank)."""
+        return None, self.rank, None
 
     def _stats(self) -> dict:
         if not hasattr(self, "_fetch_counters"):

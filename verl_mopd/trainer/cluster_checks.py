@@ -76,7 +76,7 @@ def checkpoint_dir_problems(config: DictConfig) -> list[str]:
         return [
             f"trainer.default_local_dir={folder} is relative, but the job runs on {total} nodes: each node would "
             "write its checkpoint shards under its own working directory; set it to an absolute folder on storage "
-            "every node mounts (the recipes read CKPT_DIR: CKPT_DIR=/shared/ckpt)"
+            "every node mounts (the recipes read CKPT_DIR: CKPT_DIR=/mnt/ckpt)"
         ]
     return []
 
