@@ -10,8 +10,8 @@ the actor update) and adds four calls from ``verl_mopd.trainer.hooks``, the same
    branches on the mode *name*), and read the ``mopd.*`` gate keys (``tau_kl``, ``gate_metric``, ...).
 2. ``on_init_end``: build the teachers that run as verl worker groups (``backend: hf`` or
    ``megatron``; one per routing value) and give the actor verl's ``distillation_ppo_loss`` with
-   ``loss_mode=mopd_k3`` through ``set_loss_fn``. With ``backend: server`` teachers verl's own
-   teacher loop scores during rollout and verl's worker builds that loss itself: nothing to do.
+   ``loss_mode=mopd_k3`` through ``set_loss_fn``. With verl's own teacher loop instead
+   (``distillation.teacher_models``) its servers score during rollout and verl's worker builds that loss itself: nothing to do.
 3. ``_compute_advantage``, before verl's: ``reward_gate`` over the whole step batch (whole GRPO
    groups, which only the driver sees), stored per sample as ``mopd_kl_mask``; then the worker
    teachers score the samples whose KL is on and store ``teacher_logprobs``.

@@ -39,13 +39,15 @@ def simulated_response(answer: str, domain: str, rng: random.Random) -> str:
     return "<think>...</think>\nI am not sure." if rng.random() < 0.25 else f"Answer: {answer}0"
 
 
-def recipe_mopd_block() -> dict:
-    """The ``mopd`` block of recipe.yaml, composed as verl would (hydra + verl-mopd's defaults)."""
-    from omegaconf import OmegaConf
+def recipe_mopd_and_teachers():
+    """recipe.yaml composed as verl would (hydra + verl-mopd's defaults): its ``mopd`` block, and
+    ``{domain: model_path}`` of the teachers it declares in verl's ``distillation.teacher_models``."""
+    from verl_mopd.config import MOPDConfig
+    from verl_mopd.trainer.validate import compose_recipe, run_teachers
 
-    from verl_mopd.trainer.validate import compose_recipe
-
-    return OmegaConf.to_container(compose_recipe(str(HERE / "recipe.yaml")).mopd, resolve=True)
+    config = compose_recipe(str(HERE / "recipe.yaml"))
+    mopd = MOPDConfig.from_mapping(config.mopd)  # the whole mopd block: the gate and the routing key
+    return mopd, {domain: t.model_path for domain, t in run_teachers(config, mopd).items()}
 
 
 def step_batch(rows: list[dict], n: int, seed: int) -> tuple[TensorDict, list[dict]]:
@@ -76,7 +78,6 @@ def step_batch(rows: list[dict], n: int, seed: int) -> tuple[TensorDict, list[di
 def main(argv: list[str] | None = None) -> dict:
     import pyarrow.parquet as pq
 
-    from verl_mopd.config import MOPDConfig
     from verl_mopd.losses import KL_MASK_KEY
     from verl_mopd.teachers.router import merge, routing_keys, split
     from verl_mopd.trainer.gate import compute_kl_gate
@@ -90,15 +91,14 @@ def main(argv: list[str] | None = None) -> dict:
     if not Path(args.data).is_file():
         sys.exit(f"{args.data} not found: run python examples/multi_domain_text/make_data.py first")
 
-    block = recipe_mopd_block()
-    mopd = MOPDConfig.from_mapping(block)  # the whole mopd block: the gate and the teachers
+    mopd, teachers = recipe_mopd_and_teachers()
     rows = pq.read_table(args.data).slice(0, args.prompts).to_pylist()
     data, _ = step_batch(rows, args.n, args.seed)
 
     fields, metrics = compute_kl_gate(mopd, data)
     gate = fields[KL_MASK_KEY]                                     # (bs,) per sample, from whole groups
     domains = routing_keys(data, mopd.routing_key)             # (bs,) the routing column
-    routed = split(domains, known=mopd.platforms)              # refuses a domain without a teacher
+    routed = split(domains, known=list(teachers))              # refuses a domain without a teacher
     # each teacher's output comes back to its own rows (here the "teacher output" is the row index)
     outputs = {d: torch.as_tensor(rows_d, dtype=torch.float32) for d, rows_d in routed.items()}
     back = merge(outputs, routed, len(domains))
@@ -108,12 +108,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"gate on {mopd.gate_metric}: K3 off for groups with mean > tau_kl={mopd.tau_kl}")
     print(f"{'domain':<11} {'teacher':<32} {'rollouts':>8} {'acc':>5} {'KL on':>6}")
     summary = {}
-    for d, teacher in mopd.teachers.items():
+    for d, model_path in teachers.items():
         rows_d = torch.as_tensor(domains == d)
         summary[d] = {"rollouts": len(routed.get(d, ())), "acc": float(data["acc"][rows_d].mean()),
                       "kl_on": metrics[f"mopd/kl_mask_on_fraction/{d}"]}
         s = summary[d]
-        print(f"{d:<11} {teacher.model_path[-32:]:<32} {s['rollouts']:>8} {s['acc']:>5.2f} "
+        print(f"{d:<11} {model_path[-32:]:<32} {s['rollouts']:>8} {s['acc']:>5.2f} "
               f"{s['kl_on']:>6.2f}")
     print(f"{'all':<11} {'':<32} {len(domains):>8} {float(data['acc'].mean()):>5.2f} "
           f"{float(gate.mean()):>6.2f}")

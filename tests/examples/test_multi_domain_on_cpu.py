@@ -14,15 +14,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from omegaconf import OmegaConf
 from tensordict import NonTensorStack, TensorDict
 
 from verl_mopd.config import MOPDConfig
-from verl_mopd.teachers.backends.server import build_verl_distillation_config
 from verl_mopd.teachers.router import UnknownRouteError, merge, routing_keys, split
 from verl_mopd.trainer import hooks
 from verl_mopd.trainer.gate import compute_kl_gate
-from verl_mopd.trainer.validate import compose_recipe, validate, validate_recipe_cli
+from verl_mopd.trainer.validate import compose_recipe, run_teachers, validate, validate_recipe_cli
 
 ROOT = Path(__file__).parents[2]
 HERE = ROOT / "examples" / "multi_domain_text"
@@ -109,24 +107,28 @@ def test_recipe_validates_with_three_domains_and_three_teachers(data_dir, capsys
     warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("WARNING:")]
     missing = [w for w in warned if "does not exist on this machine" in w]
     assert len(warned) == 5 and len(missing) == 4, warned
-    assert sum("mopd.teachers." in w for w in missing) == 3 and "Qwen/Qwen3-0.6B" in missing[-1]
+    assert sum("distillation.teacher_models." in w for w in missing) == 3 and "Qwen/Qwen3-0.6B" in missing[-1]
     assert any("not compared with the student's" in w and "Qwen/Qwen3-0.6B" in w for w in warned)
     cfg = _compose(data_dir)
-    teachers = hooks.mopd_config_from(cfg)
-    assert teachers.platforms == DOMAINS and teachers.routing_key == "domain"
-    assert {t.backend for t in teachers.teachers.values()} == {"server"}
+    mopd = hooks.mopd_config_from(cfg)
+    assert mopd.teachers == {} and mopd.routing_key == "domain"  # declared once: in verl's block
+    assert list(run_teachers(cfg, mopd)) == DOMAINS
     assert cfg.trainer.v1.trainer_mode == "mopd_sync" and cfg.distillation.distillation_loss.loss_mode == "mopd_k3"
 
 
 @pytest.mark.parametrize("overrides, message", [
     # the README's one override: the recipe still composes and the domain left without a teacher is named
-    (["~mopd.teachers.sorting"],
+    (["~distillation.teacher_models.sorting", "distillation.nnodes=2"],
      "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
-    (["~mopd.teachers.sorting"], "val data has platform(s) ['sorting'] with no teacher"),
-    (["~mopd.teachers.sorting", "~distillation.teacher_models.sorting", "distillation.nnodes=2"],
+    (["~distillation.teacher_models.sorting", "distillation.nnodes=2"],
+     "val data has platform(s) ['sorting'] with no teacher"),
+    (["~distillation.teacher_models.sorting"],  # verl's pool-size error and ours, both
      "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
-    (["+mopd.teachers.poetry={model_path: /p, backend: server}"],
+    (["+distillation.teacher_models.poetry={key: poetry, model_path: /p, num_replicas: 1}", "distillation.nnodes=4"],
      "teacher(s) ['poetry'] have no samples in the train data"),
+    (["distillation.teacher_key=data_source"],
+     "distillation.teacher_key='data_source' but mopd.routing_key='domain'"),
+    (["+mopd.teachers.poetry={model_path: /p}"], "one teacher system per run"),
     (["distillation.nnodes=4"], "must match the distillation resource pool size"),
     (["actor_rollout_ref.rollout.temperature=0.6"], "temperature=0.6: must be 1.0"),
 ])
@@ -135,21 +137,18 @@ def test_recipe_problems_are_named(data_dir, overrides, message):
     assert any(message in p for p in problems), problems
 
 
-def test_verls_teacher_loop_block_equals_the_translation_of_the_mopd_teachers(data_dir):
-    """The hand-written `distillation` block (what stock main_ppo reads) and `mopd.teachers` agree."""
+def test_the_teachers_validation_reads_are_the_ones_verls_trainer_builds(data_dir):
+    """The recipe declares its teachers once, in verl's block (what stock main_ppo reads); the keys
+    validation checks against the data are the keys of verl's own DistillationConfig."""
     from verl.utils.config import omega_conf_to_dataclass
 
     cfg = _compose(data_dir)
     verl_cfg = omega_conf_to_dataclass(cfg.distillation)  # verl's own checks: keys, pool sum
-    ours = build_verl_distillation_config(
-        hooks.mopd_config_from(cfg), rollout=cfg.actor_rollout_ref.rollout,
-        distillation_loss=OmegaConf.to_container(cfg.distillation.distillation_loss, resolve=True))
-    assert verl_cfg.teacher_key == ours.teacher_key == "domain"
-    assert (verl_cfg.n_gpus_per_node, verl_cfg.nnodes) == (ours.n_gpus_per_node, ours.nnodes) == (1, 3)
-    assert sorted(verl_cfg.teacher_models) == sorted(ours.teacher_models) == sorted(DOMAINS)
+    ours = run_teachers(cfg, hooks.mopd_config_from(cfg))
+    assert verl_cfg.teacher_key == cfg.mopd.routing_key == "domain"
+    assert sorted(verl_cfg.teacher_models) == sorted(ours) == sorted(DOMAINS)
     for key, t in verl_cfg.teacher_models.items():
-        o = ours.teacher_models[key]
-        assert (t.model_path, t.num_replicas, t.world_size) == (o.model_path, o.num_replicas, o.world_size)
+        assert t.model_path == ours[key].model_path and t.world_size == 1
         assert t.inference.skip_tokenizer_init and t.inference.name == "sglang"
     assert verl_cfg.distillation_loss.loss_mode == "mopd_k3"
 

@@ -1,8 +1,7 @@
-"""mopd.teachers config: field validation, up-front checks, server/megatron translation to verl's dataclasses."""
+"""mopd.teachers config: field validation, up-front checks; verl's teacher loop read from its own block."""
 
 import pytest
 
-from verl_mopd.teachers.backends.server import build_verl_distillation_config, to_hydra_overrides
 from verl_mopd.errors import ConfigError
 from verl_mopd.teachers.config import (
     TeacherConfig,
@@ -20,7 +19,7 @@ def _teachers(backend="hf", **kw):
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("backend", "vllm", r"mopd.teachers.desktop.backend='vllm': allowed values are \['hf', 'megatron', 'server'\]"),
+    ("backend", "vllm", r"mopd.teachers.desktop.backend='vllm': allowed values are \['hf', 'megatron'\]"),
     ("placement", "shared", r"placement='shared': allowed values are \['dedicated', 'colocated'\]"),
     ("n_gpus_per_node", 0, r"n_gpus_per_node=0: must be an integer >= 1"),
     ("tensor_model_parallel_size", 2, r"backend=hf is data-parallel only"),
@@ -65,56 +64,66 @@ def test_temperature_and_tokenizer_checks():
     assert validate_tokenizers(_Tok({"a": 0}), {"desktop": _Tok({"a": 0})}) == []
 
 
-def test_server_block_builds_verl_distillation_config():
-    t = _teachers(backend="server", n_gpus_per_node=8, tensor_model_parallel_size=4, inference={"name": "sglang"})
-    rollout = {"name": "vllm", "prompt_length": 1024, "response_length": 256, "temperature": 1.0}
-    d = build_verl_distillation_config(t, rollout=rollout)  # verl's own DistillationConfig checks the pool sum
-    assert d.enabled and d.teacher_key == "platform"
-    assert set(d.teacher_models) == {"desktop", "mobile"}
-    for p in ("desktop", "mobile"):
-        m = d.teacher_models[p]
-        assert m.key == p and m.num_replicas == 2 and m.inference.tensor_model_parallel_size == 4
-        assert m.inference.name == "sglang"
-    assert d.n_gpus_per_node * d.nnodes == 16
-    overrides = to_hydra_overrides(t)
-    assert "distillation.teacher_key=platform" in overrides
-    assert "+distillation.teacher_models.mobile.key=mobile" in overrides
+def test_server_backend_is_refused_with_the_place_to_declare_it():
+    """Server teachers are declared once, in verl's own block; the old spelling says where."""
+    with pytest.raises(ConfigError, match=r"mopd.teachers.desktop.backend='server': inference-server teachers are "
+                                          r"declared once, in verl's distillation.teacher_models"):
+        _teachers(backend="server")
+    with pytest.raises(ConfigError, match=r"mopd.teachers.desktop.inference: removed; .*distillation.teacher_models"):
+        MOPDConfig.from_mapping({"teachers": {"desktop": {"model_path": "/d", "inference": {"name": "sglang"}}}})
 
 
-def test_server_and_worker_backends_cannot_mix():
-    with pytest.raises(ConfigError, match="mixed"):
-        MOPDConfig.from_mapping({"teachers": {"desktop": {"model_path": "/d", "backend": "server"},
-                                                  "mobile": {"model_path": "/m", "backend": "hf"}}})
-
-
-def test_server_teachers_keep_verls_teacher_inference_defaults():
-    """verl drops its default `teacher_model` entry (and its inference block) when several teachers are
-    given; each of ours starts from that block, so the rollout name, lengths and temperature follow
-    actor_rollout_ref.rollout and the engine defaults (eager, cache freeing, memory share) are kept."""
+def _verl_distillation(entries: dict[str, dict], enabled: bool = True):
+    """verl-mopd's defaults composed with ``entries`` as ``distillation.teacher_models`` (each with
+    verl's default teacher inference block, one 1-GPU replica)."""
     import os
 
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     import verl_mopd
 
-    t = _teachers(backend="server", n_gpus_per_node=8, tensor_model_parallel_size=4)
-    overrides = to_hydra_overrides(t)
-    assert "+distillation.teacher_models.desktop.inference.name=${oc.select:actor_rollout_ref.rollout.name}" \
-        in overrides
     config_dir = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name="mopd", overrides=[
-            "actor_rollout_ref.model.path=/tmp/x", "actor_rollout_ref.rollout.name=sglang",
-            "actor_rollout_ref.rollout.prompt_length=3000", "actor_rollout_ref.rollout.response_length=700",
-            *overrides, "distillation.distillation_loss.loss_mode=k3"])
+        cfg = compose(config_name="mopd", overrides=["actor_rollout_ref.model.path=/tmp/x",
+                                                     f"distillation.enabled={str(enabled).lower()}",
+                                                     "distillation.n_gpus_per_node=1"])
+    inference = OmegaConf.to_container(cfg.distillation.teacher_models.teacher_model.inference, resolve=False)
+    inference.update(tensor_model_parallel_size=1, data_parallel_size=1, pipeline_model_parallel_size=1)
+    for name, entry in entries.items():
+        OmegaConf.update(cfg, f"distillation.teacher_models.{name}", {"inference": inference, "num_replicas": 1,
+                                                                      **entry}, force_add=True)
+    cfg.distillation.nnodes = max(1, len([n for n in entries if n != "teacher_model"]))
+    return cfg
+
+
+@pytest.mark.parametrize("entries", [
+    {"teacher_model": {"model_path": "/t"}},  # verl's single teacher: every sample, key "default"
+    {"a": {"key": "desktop", "model_path": "/d"}, "b": {"key": "mobile", "model_path": "/m"}},
+    {"teacher_model": {"model_path": "/dropped"}, "x": {"key": "web", "model_path": "/w"},
+     "y": {"key": "desktop", "model_path": "/d"}, "z": {"key": "mobile", "model_path": "/m"}},
+], ids=["single", "two", "three and verl's default entry"])
+def test_loop_teachers_are_the_ones_verl_resolves(entries):
+    """verl_loop reads the raw block; verl's own DistillationConfig (what its trainer builds) is the reference."""
+    from omegaconf import OmegaConf
     from verl.utils.config import omega_conf_to_dataclass
 
-    d = omega_conf_to_dataclass(cfg.distillation)  # what verl's v1 trainer does
-    for p in ("desktop", "mobile"):
-        inf = d.teacher_models[p].inference
-        # verl turns the rollout's lengths into a prefill of prompt + response (3000 + 700) tokens
-        assert (inf.name, inf.prompt_length, inf.response_length) == ("sglang", 3700, 1)
-        assert inf.enforce_eager and inf.free_cache_engine and inf.skip_tokenizer_init
-        assert inf.gpu_memory_utilization == 0.5 and inf.tensor_model_parallel_size == 4
-    built = build_verl_distillation_config(t, rollout=cfg.actor_rollout_ref.rollout)
-    assert built.teacher_models["mobile"].inference.prompt_length == 3700
+    from verl_mopd.teachers.verl_loop import loop_teachers
+
+    cfg = _verl_distillation(entries)
+    ours = loop_teachers(OmegaConf.to_container(cfg.distillation, resolve=True))
+    verl = omega_conf_to_dataclass(cfg.distillation).teacher_models
+    assert {k: t.model_path for k, t in ours.items()} == {k: t.model_path for k, t in verl.items()}
+    for key, t in ours.items():
+        assert cfg.distillation.teacher_models[t.name].model_path == t.model_path
+        assert t.model_path_key == f"distillation.teacher_models.{t.name}.model_path"
+
+
+def test_no_loop_teachers_when_verls_loop_is_off():
+    from omegaconf import OmegaConf
+
+    from verl_mopd.teachers.verl_loop import loop_teachers
+
+    cfg = _verl_distillation({"a": {"key": "desktop", "model_path": "/d"}}, enabled=False)
+    assert loop_teachers(OmegaConf.to_container(cfg.distillation, resolve=True)) == {}
+    assert loop_teachers(None) == {}

@@ -67,7 +67,7 @@ def ckpts(tmp_path_factory):
 
 
 def test_an_identical_teacher_passes(ckpts):
-    assert compare_with_student(_teachers(ckpts["same"], ckpts["same"]), ckpts["student"]) == []
+    assert compare_with_student(_teachers(ckpts["same"], ckpts["same"]).teachers, ckpts["student"]) == []
 
 
 @pytest.mark.parametrize("teacher, field", [
@@ -82,7 +82,7 @@ def test_an_identical_teacher_passes(ckpts):
     ("no_tokenizer", "cannot read its tokenizer"),
 ])
 def test_a_mismatch_names_both_paths_and_the_field(ckpts, teacher, field):
-    errors = compare_with_student(_teachers(ckpts["same"], ckpts[teacher]), ckpts["student"])
+    errors = compare_with_student(_teachers(ckpts["same"], ckpts[teacher]).teachers, ckpts["student"])
     assert errors and all(e.startswith(("mopd.teachers.mobile", "mopd.teachers.mobile.model_path")) for e in errors)
     text = "\n".join(errors)
     assert field in text and ckpts[teacher] in text
@@ -91,9 +91,9 @@ def test_a_mismatch_names_both_paths_and_the_field(ckpts, teacher, field):
 
 
 def test_the_values_that_differ_are_in_the_message(ckpts):
-    (error,) = compare_with_student(_teachers(ckpts["same"], ckpts["patch"]), ckpts["student"])
+    (error,) = compare_with_student(_teachers(ckpts["same"], ckpts["patch"]).teachers, ckpts["student"])
     assert "teacher 14 vs student 16" in error
-    (error,) = compare_with_student(_teachers(ckpts["same"], ckpts["swapped"]), ckpts["student"])
+    (error,) = compare_with_student(_teachers(ckpts["same"], ckpts["swapped"]).teachers, ckpts["student"])
     assert "'click': teacher" in error and "'tap': teacher" in error
 
 

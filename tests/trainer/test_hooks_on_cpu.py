@@ -13,7 +13,10 @@ from verl_mopd.trainer import hooks, mopd_trainer
 CONFIG_DIR = os.path.join(os.path.dirname(verl_mopd.__file__), "trainer", "config")
 TINY = ["actor_rollout_ref.model.path=/tmp/not-loaded",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"]
-SERVER = ["+mopd.teachers={a: {model_path: /m/a, backend: server}, b: {model_path: /m/b, backend: server}}"]
+#: verl's own teacher loop, declared only in verl's block
+SERVER = ["distillation.enabled=true", "+distillation.teacher_models.a={key: a, model_path: /m/a}",
+          "+distillation.teacher_models.b={key: b, model_path: /m/b}"]
+WORKERS = ["+mopd.teachers={a: {model_path: /m/a}, b: {model_path: /m/b}}"]
 
 
 def _compose(overrides=()):
@@ -47,7 +50,7 @@ class _Trainer:
         self.calls.append(fn)
 
 
-@pytest.mark.parametrize("overrides", [(), SERVER], ids=["no teachers", "server teachers"])
+@pytest.mark.parametrize("overrides", [(), SERVER], ids=["no teachers", "verl's teacher loop"])
 def test_no_worker_teachers_no_group_and_the_loss_left_to_verl(overrides):
     trainer = _Trainer(_compose(overrides))
     assert hooks.build_worker_teachers(trainer) is None
@@ -55,7 +58,7 @@ def test_no_worker_teachers_no_group_and_the_loss_left_to_verl(overrides):
 
 
 def test_config_readers():
-    cfg = _compose([*SERVER, "mopd.tau_kl=0.3", "mopd.routing_key=task"])
+    cfg = _compose([*WORKERS, "mopd.tau_kl=0.3", "mopd.routing_key=task"])
     assert hooks.mopd_config_from(cfg).tau_kl == 0.3
     teachers = hooks.mopd_config_from(cfg)
     assert teachers.platforms == ["a", "b"] and teachers.routing_key == "task"

@@ -89,7 +89,15 @@ def two_platform_parquet(tmp_path_factory):
         (["mopd.normalization=tokens"], "mopd.normalization='tokens': allowed values"),
         (["trainer.v1.sampler.sampler_kwargs.quota.shares={desktop: 0.5, mobile: 0.6}"], "sums to"),
         (["~trainer.v1.sampler.sampler_kwargs.quota.shares.mobile", "+trainer.v1.sampler.sampler_kwargs.quota.shares.web=0.5"],
-         "quota.shares has domains ['desktop', 'web'] but mopd.teachers has ['desktop', 'mobile']"),
+         "quota.shares has domains ['desktop', 'web'] but the teachers serve ['desktop', 'mobile']"),
+        (["distillation.enabled=true"], "mopd.teachers ['desktop', 'mobile'] run as worker groups, and "
+         "distillation.enabled=true starts verl's teacher loop too: one teacher system per run."
+         " Keep mopd.teachers (hf/megatron) with distillation.enabled=false, or declare the teachers only in "
+         "distillation.teacher_models"),
+        (["mopd.teachers.mobile.backend=server"], "mopd.teachers.mobile.backend='server': inference-server teachers "
+         "are declared once, in verl's distillation.teacher_models.<name> (key: <routing value>, model_path, "
+         "num_replicas, inference) with distillation.enabled=true and distillation.teacher_key=${mopd.routing_key}; "
+         "remove them from mopd.teachers (examples/multi_domain_text/recipe.yaml shows the block)"),
     ],
 )
 def test_bad_overrides_fail_with_a_clear_message(overrides, message):

@@ -10,6 +10,10 @@ One entry per platform (the platform tag is the key)::
         mobile:  {model_path: /ckpt/mobile_sft,  backend: megatron, n_gpus_per_node: 8, nnodes: 1,
                   tensor_model_parallel_size: 8, placement: colocated}
 
+These are the teachers that run as verl worker groups (``hf``, ``megatron``) and are routed by
+``verl_mopd.teachers.group``. Inference-server teachers are verl's own: they are declared once, in
+verl's ``distillation.teacher_models`` (``verl_mopd.teachers.verl_loop`` reads them for validation).
+
 Dataclasses follow verl's ``BaseConfig`` (``verl/base_config.py``) and are built from OmegaConf
 with ``verl.utils.config.omega_conf_to_dataclass``.
 """
@@ -17,7 +21,7 @@ with ``verl.utils.config.omega_conf_to_dataclass``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from verl.base_config import BaseConfig
@@ -37,9 +41,16 @@ __all__ = [
     "compare_with_student",
 ]
 
-BACKENDS = ("hf", "megatron", "server")
+BACKENDS = ("hf", "megatron")
 PLACEMENTS = ("dedicated", "colocated")
 DTYPES = ("float32", "bfloat16", "float16")
+#: the hint for the removed ``backend: server`` (and its ``inference`` block)
+SERVER_TEACHERS_LIVE_IN_VERL = (
+    "inference-server teachers are declared once, in verl's distillation.teacher_models.<name> "
+    "(key: <routing value>, model_path, num_replicas, inference) with distillation.enabled=true and "
+    "distillation.teacher_key=${mopd.routing_key}; remove them from mopd.teachers "
+    "(examples/multi_domain_text/recipe.yaml shows the block)"
+)
 
 
 def _raise_if(errors: list[str]) -> None:
@@ -52,21 +63,18 @@ class TeacherConfig(BaseConfig):
     """One platform's teacher (``mopd.teachers.<platform>``).
 
     model_path (str): HF checkpoint directory (or hub id) of the teacher.
-    backend (str): ``hf`` (transformers forward in a verl worker, CPU or GPU), ``megatron``
-        (forward-only on verl's Megatron engine, GPU), ``server`` (verl's built-in inference-server
-        teacher loop, ``distillation.teacher_models``).
+    backend (str): ``hf`` (transformers forward in a verl worker, CPU or GPU) or ``megatron``
+        (forward-only on verl's Megatron engine, GPU). Inference-server teachers are not declared
+        here but in verl's ``distillation.teacher_models`` (module docstring).
     n_gpus_per_node (int): devices per node of this teacher's pool (``hf`` on CPU: processes).
     nnodes (int): nodes of this teacher's pool.
-    tensor_model_parallel_size / pipeline_model_parallel_size (int): Megatron / inference-engine
-        TP and PP; the data-parallel size is ``world_size / (tp * pp)``.
+    tensor_model_parallel_size / pipeline_model_parallel_size (int): Megatron TP and PP; the data-parallel size is ``world_size / (tp * pp)``.
     placement (str): ``dedicated``: an own resource pool, teachers run concurrently; ``colocated``:
         shares the actor's pool with parameter offload between calls, teachers run one after another.
     micro_batch_tokens (int): token budget of one teacher forward micro-batch (``hf``/``megatron``).
     dtype (str): teacher parameter dtype.
     device (str): ``hf`` only: ``cpu`` or ``cuda``.
     trust_remote_code (bool): passed to ``from_pretrained``.
-    inference (dict): ``server`` only: verl ``RolloutConfig`` fields for the teacher engine
-        (``name: sglang|vllm``, ``gpu_memory_utilization``, ...); TP/PP come from the keys above.
     """
 
     model_path: str = ""
@@ -80,7 +88,6 @@ class TeacherConfig(BaseConfig):
     dtype: str = "bfloat16"
     device: str = "cuda"
     trust_remote_code: bool = False
-    inference: dict = field(default_factory=dict)
     # the platform this entry serves; filled from the block key by ``build_teachers``
     platform: str = ""
 
@@ -89,7 +96,9 @@ class TeacherConfig(BaseConfig):
         errors = []
         if not isinstance(self.model_path, str) or not self.model_path:
             errors.append(f"{where}.model_path={self.model_path!r}: must be a checkpoint path or hub id")
-        if self.backend not in BACKENDS:
+        if self.backend == "server":
+            errors.append(f"{where}.backend='server': {SERVER_TEACHERS_LIVE_IN_VERL}")
+        elif self.backend not in BACKENDS:
             errors.append(f"{where}.backend={self.backend!r}: allowed values are {list(BACKENDS)}")
         if self.placement not in PLACEMENTS:
             errors.append(f"{where}.placement={self.placement!r}: allowed values are {list(PLACEMENTS)}")
@@ -115,19 +124,16 @@ class TeacherConfig(BaseConfig):
                     f"{where}: backend=hf is data-parallel only (tensor/pipeline_model_parallel_size must be 1); "
                     "use backend=megatron for TP/PP"
                 )
-        if self.backend == "server":
-            if self.placement != "dedicated":
-                errors.append(
-                    f"{where}.placement={self.placement!r}: backend=server runs in verl's own distillation "
-                    "resource pool; only 'dedicated' is possible"
-                )
-        elif self.inference:
-            errors.append(f"{where}.inference is only read by backend=server (got backend={self.backend!r})")
         _raise_if(errors)
 
     @property
     def world_size(self) -> int:
         return self.n_gpus_per_node * self.nnodes
+
+    @property
+    def model_path_key(self) -> str:
+        """The config key of ``model_path``, as errors name it."""
+        return f"mopd.teachers.{self.platform}.model_path"
 
     @property
     def data_parallel_size(self) -> int:
@@ -147,12 +153,6 @@ def build_teachers(block: Mapping[str, Any]) -> tuple[dict[str, TeacherConfig], 
             errors.extend(exc.errors)
         except TypeError as exc:  # unknown key in the block
             errors.append(f"mopd.teachers.{platform}: {exc}")
-    backends = {c.backend for c in built.values()}
-    if "server" in backends and len(backends) > 1:
-        errors.append(
-            f"mopd.teachers: backends {sorted(backends)} mixed; backend=server replaces the worker teachers "
-            "with verl's teacher loop, so either all teachers are 'server' or none"
-        )
     return built, errors
 
 
@@ -162,6 +162,9 @@ def _build_teacher(platform: str, cfg: Any) -> TeacherConfig:
     if not isinstance(cfg, Mapping):
         raise ConfigError([f"mopd.teachers.{platform}={cfg!r}: must be a mapping of teacher keys"], "mopd.teachers config")
     cfg = {k: v for k, v in dict(cfg).items() if k != "_target_"}
+    if "inference" in cfg:
+        raise ConfigError([f"mopd.teachers.{platform}.inference: removed; {SERVER_TEACHERS_LIVE_IN_VERL}"],
+                          "mopd.teachers config")
     return TeacherConfig(**{**cfg, "platform": platform})
 
 
@@ -236,7 +239,10 @@ def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any]
     """Teachers score the student's token ids, so each teacher's token -> id map must equal the
     student's (same tokens at the same ids, added tokens included), and so must the special-token
     ids (``bos``/``eos``/``pad``/``unk`` and every special token). Paths, when given, are named in
-    the errors."""
+    the errors.
+
+    ``teacher_tokenizers`` (and ``teacher_paths``) are keyed by the name the errors give each teacher
+    (:func:`compare_with_student` uses its config key, e.g. ``mopd.teachers.desktop``)."""
     errors = []
     ref, ref_special = _vocab(student_tokenizer), _special_ids(student_tokenizer)
     for platform, tok in teacher_tokenizers.items():
@@ -245,7 +251,7 @@ def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any]
         if other != ref:
             differ = sorted(t for t in set(ref) | set(other) if ref.get(t) != other.get(t))
             errors.append(
-                f"mopd.teachers.{platform}: tokenizer vocabulary differs from the student's{where}: "
+                f"{platform}: tokenizer vocabulary differs from the student's{where}: "
                 f"{len(differ)} token(s) differ, e.g. "
                 + ", ".join(f"{t!r}: teacher {other.get(t)} vs student {ref.get(t)}" for t in differ[:3])
                 + f"; sizes {len(other)} vs {len(ref)}. Teachers must share the student's tokenizer"
@@ -254,7 +260,7 @@ def validate_tokenizers(student_tokenizer, teacher_tokenizers: Mapping[str, Any]
         special = _special_ids(tok)
         for key in ref_special:
             if special[key] != ref_special[key]:
-                errors.append(f"mopd.teachers.{platform}: tokenizer {key} differs from the student's{where}: "
+                errors.append(f"{platform}: tokenizer {key} differs from the student's{where}: "
                               f"teacher {special[key]!r} vs student {ref_special[key]!r}")
     return errors
 
@@ -271,36 +277,43 @@ def validate_model_configs(student_config, teacher_configs: Mapping[str, Any], *
     """The teacher reads the student's ``input_ids`` (with the image tokens already expanded) and
     the student processor's ``pixel_values`` / ``image_grid_thw``: the image/video token ids and
     the vision tower's ``patch_size``, ``spatial_merge_size`` and ``temporal_patch_size`` must be
-    the student's (transformers ``PretrainedConfig`` objects, or anything with those attributes)."""
+    the student's (transformers ``PretrainedConfig`` objects, or anything with those attributes).
+    ``teacher_configs`` is keyed as :func:`validate_tokenizers`' teachers are."""
     errors = []
     for platform, cfg in teacher_configs.items():
         where = _paths(platform, student_path, teacher_paths)
         for name in CONFIG_TOKEN_FIELDS:
             t, s = _config_value(cfg, name), _config_value(student_config, name)
             if t != s:
-                errors.append(f"mopd.teachers.{platform}: config {name} differs from the student's{where}: "
+                errors.append(f"{platform}: config {name} differs from the student's{where}: "
                               f"teacher {t!r} vs student {s!r}")
         t_vis, s_vis = getattr(cfg, "vision_config", None), getattr(student_config, "vision_config", None)
         if (t_vis is None) != (s_vis is None):
-            errors.append(f"mopd.teachers.{platform}: the {'student' if t_vis is None else 'teacher'} has a vision "
+            errors.append(f"{platform}: the {'student' if t_vis is None else 'teacher'} has a vision "
                           f"tower (vision_config) and the {'teacher' if t_vis is None else 'student'} has none{where}")
             continue
         for name in VISION_FIELDS if t_vis is not None else ():
             t, s = getattr(t_vis, name, None), getattr(s_vis, name, None)
             if t != s:
-                errors.append(f"mopd.teachers.{platform}: config vision_config.{name} differs from the student's"
+                errors.append(f"{platform}: config vision_config.{name} differs from the student's"
                               f"{where}: teacher {t!r} vs student {s!r}")
     return errors
 
 
-def compare_with_student(teachers: Any, student_path: str, *, student_tokenizer_path: str | None = None,
-                         trust_remote_code: bool = False, platforms: Iterable[str] | None = None) -> list[str]:
+def compare_with_student(teachers: Mapping[str, Any], student_path: str, *, student_tokenizer_path: str | None = None,
+                         trust_remote_code: bool = False) -> list[str]:
     """Load the tokenizers and ``config.json`` of the student and of each teacher (no weights) and
     run :func:`validate_tokenizers` and :func:`validate_model_configs`; returns the error lines.
 
-    ``trust_remote_code`` is the student's; each teacher uses its own. ``platforms``: the teachers
-    to compare (default all). A checkpoint that cannot be read is an
-    error naming it. Hub ids are fetched by transformers as usual (tokenizer and config only).
+    Args:
+        teachers: ``{platform: teacher}`` to compare, each a :class:`TeacherConfig` or a
+            ``verl_mopd.teachers.verl_loop.LoopTeacher`` (anything with ``model_path``,
+            ``trust_remote_code`` and ``model_path_key``, the config key errors name).
+        student_path, student_tokenizer_path: the student's checkpoint and tokenizer.
+        trust_remote_code: the student's; each teacher uses its own.
+
+    A checkpoint that cannot be read is an error naming it. Hub ids are fetched by transformers as
+    usual (tokenizer and config only).
     """
     from transformers import AutoConfig, AutoTokenizer
 
@@ -310,19 +323,18 @@ def compare_with_student(teachers: Any, student_path: str, *, student_tokenizer_
         except Exception as exc:  # noqa: BLE001 - reported with the path
             return None, f"{key}={path}: cannot read its {kind} ({type(exc).__name__}: {str(exc).splitlines()[0]})"
 
-    chosen = list(teachers.platforms if platforms is None else platforms)
     tok_path = student_tokenizer_path or student_path
     student_tok, e1 = load("tokenizer", AutoTokenizer, tok_path, "actor_rollout_ref.model.tokenizer_path"
                            if student_tokenizer_path else "actor_rollout_ref.model.path")
     student_cfg, e2 = load("config.json", AutoConfig, student_path, "actor_rollout_ref.model.path")
     errors = [e for e in (e1, e2) if e]
-    toks, cfgs = {}, {}
-    for p in chosen:
-        path, trust = teachers.teachers[p].model_path, teachers.teachers[p].trust_remote_code
-        toks[p], e1 = load("tokenizer", AutoTokenizer, path, f"mopd.teachers.{p}.model_path", trust)
-        cfgs[p], e2 = load("config.json", AutoConfig, path, f"mopd.teachers.{p}.model_path", trust)
+    toks, cfgs, paths = {}, {}, {}
+    for t in teachers.values():
+        name = t.model_path_key.removesuffix(".model_path")  # what the errors call the teacher
+        toks[name], e1 = load("tokenizer", AutoTokenizer, t.model_path, t.model_path_key, t.trust_remote_code)
+        cfgs[name], e2 = load("config.json", AutoConfig, t.model_path, t.model_path_key, t.trust_remote_code)
+        paths[name] = t.model_path
         errors += [e for e in (e1, e2) if e]
-    paths = {p: teachers.teachers[p].model_path for p in chosen}
     if student_tok is not None:
         errors += validate_tokenizers(student_tok, {p: t for p, t in toks.items() if t is not None},
                                       student_path=tok_path, teacher_paths=paths)

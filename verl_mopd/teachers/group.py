@@ -75,11 +75,8 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
         from verl_mopd.teachers.backends.megatron import megatron_teacher_class
 
         init = megatron_teacher_class(cfg, run_config)
-    else:
-        raise ValueError(
-            f"mopd.teachers.{cfg.platform}.backend=server has no worker group: it is served by verl's teacher "
-            "loop (see verl_mopd.teachers.backends.server.to_distillation_config)"
-        )
+    else:  # TeacherConfig refuses any other backend
+        raise ValueError(f"mopd.teachers.{cfg.platform}.backend={cfg.backend!r}: allowed values are ['hf', 'megatron']")
     # placement-group and actor names are cluster-wide: unique per build
     name = f"mopd_teacher_{cfg.platform}_{uuid.uuid4().hex[:8]}"
     if resource_pool is None:
@@ -192,12 +189,6 @@ class PlatformTeacherGroup:
         are placed on it (as verl colocates worker groups on one pool) instead of a pool of their own.
         ``run_config``: the composed run config (needed by ``megatron`` teachers).
         """
-        server = [p for p, c in config.teachers.items() if c.backend == "server"]
-        if server:
-            raise ValueError(
-                f"mopd.teachers {server} use backend=server: configure verl's teacher loop with "
-                "verl_mopd.teachers.backends.server.to_distillation_config instead of a PlatformTeacherGroup"
-            )
         wgs = {
             p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads, run_config=run_config,
                                   resource_pool=colocated_pool if c.placement == "colocated" else None)

@@ -139,9 +139,10 @@ def _check_colocated_slots(config: DictConfig, problems: list[str]) -> None:
         _section(config, "reward.reward_model.enable_resource_pool")
     ):
         users.append("reward model")
-    teachers = OmegaConf.to_container(_section(config, "mopd.teachers") or {}, resolve=True)
+    block = _section(config, "mopd.teachers")  # an empty DictConfig is falsy: no `or {}`
+    teachers = OmegaConf.to_container(block, resolve=True) if block is not None else {}
     users += [f"teacher {p}" for p, t in teachers.items()
-              if isinstance(t, dict) and t.get("placement") == "colocated" and t.get("backend", "hf") != "server"]
+              if isinstance(t, dict) and t.get("placement") == "colocated"]
     if len(users) > slots:
         problems.append(
             f"the actor's resource pool runs {slots} processes per GPU (verl's ResourcePoolManager.max_colocate_count) "

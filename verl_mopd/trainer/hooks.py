@@ -26,15 +26,16 @@ batch (whole GRPO groups) after verl has stored rewards (``rm_scores``, reward e
 so no loss micro-batch sees a whole group. ``on_init_end`` runs once the actor's worker group and
 resource pools exist.
 
-Teachers, any backend (``mopd.teachers.<routing value>.backend``):
+Teachers, one of two systems per run:
 
-- ``hf`` / ``megatron``: one verl worker group per teacher (``PlatformTeacherGroup``), scored on the
-  driver each step (only samples whose KL is on); ``distillation.enabled`` stays false, so the actor
-  is given verl's ``distillation_ppo_loss`` with ``loss_mode=mopd_k3`` through ``set_loss_fn``.
-- ``server``: verl's own teacher loop (``distillation.enabled: true``, ``distillation.teacher_models``,
-  routed by ``distillation.teacher_key``) scores every sample during rollout, and verl's actor worker
-  builds ``distillation_ppo_loss`` from ``distillation.distillation_loss`` itself; the trainer only
-  writes the gate.
+- ``mopd.teachers.<routing value>`` (``backend: hf`` / ``megatron``): one verl worker group per
+  teacher (``PlatformTeacherGroup``), scored on the driver each step (only samples whose KL is on);
+  ``distillation.enabled`` stays false, so the actor is given verl's ``distillation_ppo_loss`` with
+  ``loss_mode=mopd_k3`` through ``set_loss_fn``.
+- verl's own teacher loop, declared only in verl's block (``distillation.enabled: true``,
+  ``distillation.teacher_models``, routed by ``distillation.teacher_key``): inference servers score
+  every sample during rollout, and verl's actor worker builds ``distillation_ppo_loss`` from
+  ``distillation.distillation_loss`` itself; the trainer only writes the gate.
 
 Why the mode line: verl 0.9.1's ``PPOTrainer`` branches on the *name* in ``trainer.v1.trainer_mode``
 (``"sync"`` or not: replay buffer class, refill, checkpoint resume, rollout submission), so a trainer
@@ -154,13 +155,13 @@ def actor_resource_pool(trainer):
 
 
 def build_worker_teachers(trainer):
-    """The ``PlatformTeacherGroup`` of the run's ``hf`` / ``megatron`` teachers (models loaded), or
-    None with no teachers or ``backend: server`` ones (verl's teacher loop runs those).
+    """The ``PlatformTeacherGroup`` of the run's ``mopd.teachers`` (``hf`` / ``megatron``, models
+    loaded), or None without any (verl's teacher loop, ``distillation.teacher_models``, or none).
 
     Raises ``ConfigError`` before any weights load when a teacher's tokenizer or vision
     config differs from the student's (``verl_mopd.teachers.config.compare_with_student``)."""
     teachers = mopd_config_from(trainer.config)
-    if not teachers.teachers or all(t.backend == "server" for t in teachers.teachers.values()):
+    if not teachers.teachers:
         return None
     from verl_mopd.teachers.group import PlatformTeacherGroup
     from verl_mopd.errors import ConfigError
@@ -169,9 +170,9 @@ def build_worker_teachers(trainer):
     # the teachers score the student's token ids and pixel patches: refuse a mismatch before any
     # weights load (tokenizers and config.json only)
     model = trainer.config.actor_rollout_ref.model
-    workers = [p for p, t in teachers.teachers.items() if t.backend != "server"]
-    errors = compare_with_student(teachers, model.path, student_tokenizer_path=model.get("tokenizer_path") or None,
-                                  trust_remote_code=bool(model.get("trust_remote_code", False)), platforms=workers)
+    errors = compare_with_student(teachers.teachers, model.path,
+                                  student_tokenizer_path=model.get("tokenizer_path") or None,
+                                  trust_remote_code=bool(model.get("trust_remote_code", False)))
     if errors:
         raise ConfigError(errors, "mopd.teachers config")
     colocated = any(t.placement == "colocated" for t in teachers.teachers.values())
@@ -185,7 +186,7 @@ def setup_teachers_and_loss(trainer):
 
     With worker teachers the actor gets :func:`distillation_loss_fn` through verl's
     ``set_loss_fn`` (``distillation.enabled`` is false, so verl's worker would otherwise train
-    with its plain PPO loss). With server teachers nothing is changed: ``distillation.enabled`` is
+    with its plain PPO loss). With verl's teacher loop nothing is changed: ``distillation.enabled`` is
     true and verl's worker already builds ``distillation_ppo_loss`` from
     ``distillation.distillation_loss``. Without teachers there is no teacher KL to add.
 

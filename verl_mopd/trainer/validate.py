@@ -128,34 +128,69 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: l
         )
 
 
-def _check_teachers(config: DictConfig, teachers: MOPDConfig, problems: list[str], warnings: list[str]) -> None:
-    from verl_mopd.teachers.config import validate_platforms, validate_temperature
+def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
+    """``{routing value: teacher}`` of every teacher the run has, wherever it is declared: the
+    worker teachers of ``mopd.teachers`` (``TeacherConfig``), or verl's own teacher loop
+    (``distillation.teacher_models``, ``verl_mopd.teachers.verl_loop.LoopTeacher``)."""
+    from verl_mopd.teachers.verl_loop import loop_teachers
 
-    if not teachers.teachers:
-        if not bool(_section(config, "distillation.enabled")):
-            problems.append(
-                "mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
-                "(mopd.teachers.<platform>.model_path, backend)"
-            )
+    block = _section(config, "distillation")
+    distillation = None
+    if block is not None:
+        try:
+            distillation = OmegaConf.to_container(block, resolve=True)
+        except Exception:  # noqa: BLE001 - a broken interpolation: verl's own conversion of the block reports it
+            distillation = OmegaConf.to_container(block, resolve=False)
+    trust = bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))
+    return {**loop_teachers(distillation, trust_remote_code=trust), **mopd.teachers}
+
+
+def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str]) -> None:
+    from verl_mopd.teachers.config import validate_platforms, validate_temperature
+    from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
+
+    loop = {v: t for v, t in run_teachers(config, mopd).items() if v not in mopd.teachers}
+    if mopd.teachers and bool(_section(config, "distillation.enabled")):
+        problems.append(
+            f"mopd.teachers {mopd.platforms} run as worker groups, and distillation.enabled=true starts verl's "
+            "teacher loop too: one teacher system per run. Keep mopd.teachers (hf/megatron) with "
+            "distillation.enabled=false, or declare the teachers only in distillation.teacher_models"
+        )
         return
+    if not mopd.teachers and not loop:
+        problems.append(
+            "no teacher: mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
+            "(mopd.teachers.<platform>.model_path, backend) or verl's teacher loop (distillation.enabled=true, "
+            "distillation.teacher_models)"
+        )
+        return
+    teachers = mopd.teachers or loop
     problems.extend(validate_temperature(_section(config, "actor_rollout_ref.rollout.temperature")))
-    for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
-        platforms = _data_platforms(_section(config, key), teachers.routing_key, key, problems)
-        if platforms is not None:
-            problems.extend(validate_platforms(platforms, teachers.platforms, split_name))
+    if loop and list(loop) != [ROUTES_EVERY_SAMPLE]:
+        key = _section(config, "distillation.teacher_key")
+        if key != mopd.routing_key:
+            problems.append(
+                f"distillation.teacher_key={key!r} but mopd.routing_key={mopd.routing_key!r}: verl's teacher loop "
+                "routes by one column and the gate, the metrics and the quotas by the other; set "
+                "distillation.teacher_key: ${mopd.routing_key}"
+            )
+    if list(teachers) != [ROUTES_EVERY_SAMPLE]:  # verl's single teacher scores every sample
+        for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
+            platforms = _data_platforms(_section(config, key), mopd.routing_key, key, problems)
+            if platforms is not None:
+                problems.extend(validate_platforms(platforms, teachers, split_name))
     actor_gpus = int(_section(config, "trainer.n_gpus_per_node")) * int(_section(config, "trainer.nnodes"))
-    for platform, t in teachers.teachers.items():
-        if t.backend != "server" and t.placement == "colocated" and t.world_size > actor_gpus:
+    for platform, t in mopd.teachers.items():
+        if t.placement == "colocated" and t.world_size > actor_gpus:
             problems.append(
                 f"mopd.teachers.{platform}: colocated with the actor but needs {t.world_size} devices "
                 f"(n_gpus_per_node*nnodes) while trainer.n_gpus_per_node*trainer.nnodes={actor_gpus}"
             )
-        if t.backend != "server" and t.placement == "colocated" and actor_gpus % t.world_size:
+        if t.placement == "colocated" and actor_gpus % t.world_size:
             problems.append(
                 f"mopd.teachers.{platform}: a colocated teacher's {t.world_size} devices must divide the actor "
                 f"pool of {actor_gpus}"
             )
-        _check_path(f"mopd.teachers.{platform}.model_path", t.model_path, problems, warnings)
         longest = _longest_sequence(config)
         if t.backend == "megatron" and longest is not None and t.micro_batch_tokens < longest:
             problems.append(
@@ -164,14 +199,9 @@ def _check_teachers(config: DictConfig, teachers: MOPDConfig, problems: list[str
                 "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
                 f"(verl.utils.seqlen_balancing); set it >= {longest}"
             )
-    _check_teachers_match_student(config, teachers, problems, warnings)
-    if any(t.backend == "server" for t in teachers.teachers.values()) and not bool(
-        _section(config, "distillation.enabled")
-    ):
-        problems.append(
-            "mopd.teachers use backend=server (verl's teacher loop) but distillation.enabled=false; "
-            "set distillation.enabled=true (verl_mopd.teachers.backends.server builds that block)"
-        )
+    for t in teachers.values():
+        _check_path(t.model_path_key, t.model_path, problems, warnings)
+    _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd.teachers))
 
 
 def _longest_sequence(config: DictConfig) -> int | None:
@@ -181,32 +211,32 @@ def _longest_sequence(config: DictConfig) -> int | None:
     return None
 
 
-def _check_teachers_match_student(config: DictConfig, teachers, problems: list[str], warnings: list[str]) -> None:
+def _check_teachers_match_student(config: DictConfig, teachers: dict[str, Any], problems: list[str],
+                                  warnings: list[str], *, in_workers: bool) -> None:
     """Each teacher's tokenizer (vocabulary, special ids) and ``config.json`` (image token ids,
     ``vision_config`` patch sizes) against the student's, for the checkpoints that are local folders
-    here (tokenizers and configs only, no weights). The trainer repeats it for ``hf``/``megatron``
-    teachers when it builds them (``verl_mopd.trainer.hooks.build_worker_teachers``)."""
+    here (tokenizers and configs only, no weights). ``in_workers``: the teachers are ``hf``/``megatron``
+    workers, which the trainer compares again when it builds them
+    (``verl_mopd.trainer.hooks.build_worker_teachers``); verl's teacher loop is compared only here."""
     from verl_mopd.teachers.config import compare_with_student
 
+    later = ("the trainer compares it when it builds the teachers" if in_workers
+             else "verl's teacher loop is not compared at run time")
     student = _section(config, "actor_rollout_ref.model.path")
     tokenizer = _section(config, "actor_rollout_ref.model.tokenizer_path")
     if not (isinstance(student, str) and os.path.isdir(student)) or (tokenizer and not os.path.isdir(str(tokenizer))):
         warnings.append(
             f"teacher tokenizers and vision configs not compared with the student's: actor_rollout_ref.model.path="
-            f"{student}{f' (tokenizer_path={tokenizer})' if tokenizer else ''} is not a local folder here"
-            + ("; the trainer compares the hf/megatron teachers when it builds them"
-               if any(t.backend != "server" for t in teachers.teachers.values()) else "")
+            f"{student}{f' (tokenizer_path={tokenizer})' if tokenizer else ''} is not a local folder here; {later}"
         )
         return
-    local = [p for p, t in teachers.teachers.items() if os.path.isdir(t.model_path)]
-    for platform in sorted(set(teachers.platforms) - set(local)):
-        when = ("the trainer compares it when it builds the teachers" if teachers.teachers[platform].backend != "server"
-                else "backend=server teachers are not compared at run time")
-        warnings.append(f"mopd.teachers.{platform}: tokenizer and vision config not compared with the student's "
-                        f"(model_path={teachers.teachers[platform].model_path} is not a local folder here; {when})")
+    local = {p: t for p, t in teachers.items() if os.path.isdir(t.model_path)}
+    for t in sorted((t for p, t in teachers.items() if p not in local), key=lambda t: t.model_path_key):
+        warnings.append(f"{t.model_path_key.removesuffix('.model_path')}: tokenizer and vision config not compared "
+                        f"with the student's (model_path={t.model_path} is not a local folder here; {later})")
     if local:
         problems.extend(compare_with_student(
-            teachers, student, student_tokenizer_path=tokenizer or None, platforms=local,
+            local, student, student_tokenizer_path=tokenizer or None,
             trust_remote_code=bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))))
 
 
@@ -236,7 +266,7 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
     return values
 
 
-def _check_sampler(config: DictConfig, problems: list[str]) -> None:
+def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[str]) -> None:
     """Our quota sampler's kwargs (BatchingConfig), and its domains against the teachers."""
     sampler = _section(config, "trainer.v1.sampler")
     path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
@@ -250,11 +280,13 @@ def _check_sampler(config: DictConfig, problems: list[str]) -> None:
     except (ValueError, TypeError) as exc:
         problems.append(str(exc))
         return
-    teachers = _section(config, "mopd.teachers")
-    if teachers and set(batching.quota.shares) != set(teachers):
+    from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
+
+    teachers = set(run_teachers(config, mopd)) - {ROUTES_EVERY_SAMPLE} if mopd is not None else set()
+    if teachers and set(batching.quota.shares) != teachers:
         problems.append(
             f"trainer.v1.sampler.sampler_kwargs.quota.shares has domains {sorted(batching.quota.shares)} but "
-            f"mopd.teachers has {sorted(teachers)}: give every platform a share"
+            f"the teachers serve {sorted(teachers)}: give every platform a share"
         )
 
 
@@ -269,10 +301,7 @@ def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) 
             warnings.append(f"{key}={v} does not exist on this machine (fine if it exists on the cluster)")
 
 
-# ---------------------------------------------------------------- never run recipe code
-
-
-# ---------------------------------------------------------------- cluster shape and numbers
+# ---------------------------------------------------------------- run numbers
 
 
 def _finite(config: DictConfig, key: str) -> Any:
@@ -340,11 +369,11 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
             except (AssertionError, ValueError, TypeError) as exc:
                 problems.append(f"verl validate_config: {exc}")
 
-    gate = _check_mopd(config, problems, warnings)
-    if gate is not None:
-        _check_teachers(config, gate, problems, warnings)
+    mopd = _check_mopd(config, problems, warnings)
+    if mopd is not None:
+        _check_teachers(config, mopd, problems, warnings)
         _check_placement_and_mode(config, problems)
-    _check_sampler(config, problems)
+    _check_sampler(config, mopd, problems)
     _check_run_numbers(config, problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
