@@ -57,6 +57,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl_mopd.losses import KL_MASK_KEY, KL_START_KEY, TEACHER_LOGPROBS_KEY
+
 __all__ = [
     "actor_resource_pool",
     "build_worker_teachers",
@@ -251,8 +253,8 @@ def score_teachers(group, batch, tq) -> dict:
 #: a folder: with it set, the ``mopd_*`` trainers write every step's samples there (:func:`dump_step`)
 STEP_DUMP_ENV = "VERL_MOPD_STEP_DUMP"
 #: the per-sample fields :func:`dump_step` reads (those a sample lacks are skipped by TransferQueue)
-DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", "teacher_logprobs",
-               "mopd_kl_mask", "mopd_kl_start", "rollout_is_weights", "advantages", "rm_scores", "multi_modal_inputs")
+DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", TEACHER_LOGPROBS_KEY,
+               KL_MASK_KEY, KL_START_KEY, "rollout_is_weights", "advantages", "rm_scores", "multi_modal_inputs")
 
 
 def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: int | None = None) -> str:
@@ -283,7 +285,7 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
         def response(name, i=i, r=r):
             return column[name][i][:r].clone() if name in column else None
 
-        teacher = column["teacher_logprobs"][i][p - 1 : p - 1 + r, 0].clone() if "teacher_logprobs" in column else None
+        teacher = column[TEACHER_LOGPROBS_KEY][i][p - 1 : p - 1 + r, 0].clone() if TEACHER_LOGPROBS_KEY in column else None
         rows.append({
             "key": key,
             "padding": bool(batch.tags and batch.tags[i].get("is_padding", False)),
@@ -293,8 +295,8 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
             "response_mask": response("response_mask"),
             "student": response("old_log_probs"),
             "teacher": teacher,
-            "gate": float(column["mopd_kl_mask"][i]) if "mopd_kl_mask" in column else None,
-            "kl_start": int(column["mopd_kl_start"][i]) if "mopd_kl_start" in column else None,
+            "gate": float(column[KL_MASK_KEY][i]) if KL_MASK_KEY in column else None,
+            "kl_start": int(column[KL_START_KEY][i]) if KL_START_KEY in column else None,
             "rollout_is_weights": response("rollout_is_weights"),
             "advantages": response("advantages"),
             "score": float(column["rm_scores"][i].sum()) if "rm_scores" in column else None,
