@@ -12,17 +12,13 @@ import warnings
 from omegaconf import DictConfig, OmegaConf
 
 
-
 def section(config: DictConfig, path: str):
     """``config`` at the dotted ``path``, or None."""
     return OmegaConf.select(config, path, default=None)
 
 
-_section = section
-
-
 def _positive_int(config: DictConfig, key: str, problems: list[str]) -> int | None:
-    value = _section(config, key)
+    value = section(config, key)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         problems.append(f"{key}={value!r}: must be a positive integer")
         return None
@@ -32,13 +28,13 @@ def _positive_int(config: DictConfig, key: str, problems: list[str]) -> int | No
 def _check_cluster(config: DictConfig, problems: list[str]) -> bool:
     """GPU counts and the rollout's parallel layout; False when they are unusable (the checks that
     divide by them must not run)."""
-    if _section(config, "trainer") is None:
+    if section(config, "trainer") is None:
         return True
     n_gpus = _positive_int(config, "trainer.n_gpus_per_node", problems)
     nnodes = _positive_int(config, "trainer.nnodes", problems)
     if n_gpus is None or nnodes is None:
         return False
-    rollout = _section(config, "actor_rollout_ref.rollout")
+    rollout = section(config, "actor_rollout_ref.rollout")
     if rollout is None:
         return True
     sizes = {}
@@ -66,9 +62,9 @@ def checkpoint_dir_problems(config: DictConfig) -> list[str]:
     Megatron rank writes its checkpoint shards there and the driver its ``data.pt`` (and our
     ``batching_state.json``, ``mopd_held_prompts.pt``), each resolving a relative path against its
     own working directory on its own node, so the checkpoint would be scattered and unresumable."""
-    folder = _section(config, "trainer.default_local_dir")
-    nodes = _section(config, "trainer.nnodes")
-    rollout_nodes = _section(config, "actor_rollout_ref.rollout.nnodes") or 0
+    folder = section(config, "trainer.default_local_dir")
+    nodes = section(config, "trainer.nnodes")
+    rollout_nodes = section(config, "actor_rollout_ref.rollout.nnodes") or 0
     if not isinstance(nodes, int) or not isinstance(rollout_nodes, int) or folder is None:
         return []
     total = nodes + rollout_nodes  # a separate rollout pool adds nodes
@@ -90,11 +86,11 @@ def _check_placement_and_mode(config: DictConfig, problems: list[str]) -> None:
 
 def _check_separate_async(config: DictConfig, problems: list[str]) -> None:
     """``verl.trainer.ppo.v1.trainer_separate_async.PPOTrainerSeparateAsync.__init__``'s asserts."""
-    mode = str(_section(config, "trainer.v1.trainer_mode"))
+    mode = str(section(config, "trainer.v1.trainer_mode"))
     if mode not in ("separate_async", "mopd_separate_async"):
         return
-    train, mini = _section(config, "data.train_batch_size"), _section(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
-    sync = _section(config, "trainer.v1.separate_async.parameter_sync_step")
+    train, mini = section(config, "data.train_batch_size"), section(config, "actor_rollout_ref.actor.ppo_mini_batch_size")
+    sync = section(config, "trainer.v1.separate_async.parameter_sync_step")
     if train != sync * mini:
         problems.append(
             f"trainer.v1.trainer_mode={mode} needs data.train_batch_size == trainer.v1.separate_async.parameter_sync_step"
@@ -102,19 +98,19 @@ def _check_separate_async(config: DictConfig, problems: list[str]) -> None:
             f"trainer asserts it); e.g. set trainer.v1.separate_async.parameter_sync_step={train // mini if mini else 1}"
         )
     for key in ("nnodes", "n_gpus_per_node"):
-        if not (_section(config, f"actor_rollout_ref.rollout.{key}") or 0) > 0:
+        if not (section(config, f"actor_rollout_ref.rollout.{key}") or 0) > 0:
             problems.append(
                 f"trainer.v1.trainer_mode={mode} runs the rollout on its own pool: set actor_rollout_ref.rollout.{key} > 0 "
-                f"(got {_section(config, f'actor_rollout_ref.rollout.{key}')})"
+                f"(got {section(config, f'actor_rollout_ref.rollout.{key}')})"
             )
-    backend = _section(config, "actor_rollout_ref.rollout.checkpoint_engine.backend")
+    backend = section(config, "actor_rollout_ref.rollout.checkpoint_engine.backend")
     if backend == "naive":
         problems.append(
             f"trainer.v1.trainer_mode={mode}: actor_rollout_ref.rollout.checkpoint_engine.backend=naive cannot send "
             "weights to a separate rollout pool; use nccl (or nixl, mooncake)"
         )
-    if bool(_section(config, "reward.reward_model.enable")) and not bool(
-        _section(config, "reward.reward_model.enable_resource_pool")
+    if bool(section(config, "reward.reward_model.enable")) and not bool(
+        section(config, "reward.reward_model.enable_resource_pool")
     ):
         problems.append(
             f"trainer.v1.trainer_mode={mode}: a colocated reward model is not supported (the standalone rollout never "
@@ -135,11 +131,11 @@ def _check_colocated_slots(config: DictConfig, problems: list[str]) -> None:
         critic = need_critic(config)
     if critic:
         users.append("critic")
-    if bool(_section(config, "reward.reward_model.enable")) and not bool(
-        _section(config, "reward.reward_model.enable_resource_pool")
+    if bool(section(config, "reward.reward_model.enable")) and not bool(
+        section(config, "reward.reward_model.enable_resource_pool")
     ):
         users.append("reward model")
-    block = _section(config, "mopd.teachers")  # an empty DictConfig is falsy: no `or {}`
+    block = section(config, "mopd.teachers")  # an empty DictConfig is falsy: no `or {}`
     teachers = OmegaConf.to_container(block, resolve=True) if block is not None else {}
     users += [f"teacher {p}" for p, t in teachers.items()
               if isinstance(t, dict) and t.get("placement") == "colocated"]

@@ -39,13 +39,10 @@ if TYPE_CHECKING:
 METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1.0, -0.5, 1.0)}
 
 
-_section = section
-
-
 def _convert(config: DictConfig, path: str, problems: list[str]):
     from verl.utils.config import omega_conf_to_dataclass
 
-    node = _section(config, path)
+    node = section(config, path)
     if node is None:
         return None
     try:
@@ -71,11 +68,11 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
     from verl_mopd.config import MOPDConfig
     from verl_mopd.errors import ConfigError
 
-    block = _section(config, "mopd")
+    block = section(config, "mopd")
     if block is None:  # a plain verl run (e.g. GRPO with our reward) needs none
-        users = [f"{key}={_section(config, key)}" for key in ("distillation.distillation_loss.loss_mode",
+        users = [f"{key}={section(config, key)}" for key in ("distillation.distillation_loss.loss_mode",
                                                                "trainer.v1.trainer_mode")
-                 if str(_section(config, key)).startswith("mopd")]
+                 if str(section(config, key)).startswith("mopd")]
         if users:
             problems.append(f"mopd: the block is missing; {' and '.join(users)} {'needs' if len(users) == 1 else 'need'} "
                             "it (compose the recipe on top of verl_mopd's mopd.yaml)")
@@ -85,13 +82,13 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
     except ConfigError as exc:
         problems.extend(exc.errors)
         return None
-    beta = _section(config, "distillation.distillation_loss.distillation_loss_coef")
+    beta = section(config, "distillation.distillation_loss.distillation_loss_coef")
     if beta is not None and (isinstance(beta, bool) or not isinstance(beta, int | float) or beta < 0):
         problems.append(f"distillation.distillation_loss.distillation_loss_coef={beta!r} (beta): must be a number "
                         ">= 0 (UI-MOPD uses 0.01)")
     if gate.enable:
         _check_gate_against_filter(config, gate, warnings)
-        mode = _section(config, "actor_rollout_ref.actor.loss_agg_mode")
+        mode = section(config, "actor_rollout_ref.actor.loss_agg_mode")
         if gate.normalization == "kept" and mode is not None and mode != "token-mean":
             problems.append(
                 f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}: 'kept' is exact only for "
@@ -106,10 +103,10 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: l
     levels = METRIC_LEVELS.get(gate.gate_metric)
     if levels is None:
         return
-    n = int(_section(config, "actor_rollout_ref.rollout.n") or 1)
-    filt = _section(config, "algorithm.filter_groups")
+    n = int(section(config, "actor_rollout_ref.rollout.n") or 1)
+    filt = section(config, "algorithm.filter_groups")
     drops = bool(filt is not None and filt.get("enable", False))
-    sampler = _section(config, "trainer.v1.sampler")
+    sampler = section(config, "trainer.v1.sampler")
     if sampler is not None and str(sampler.get("custom_sampler", {}).get("path") or "").endswith("batching.sampler"):
         # our quota sampler decides: "drop" evicts all-equal groups, "kl_only" keeps the low ones
         drops = (sampler.get("sampler_kwargs", {}) or {}).get("uniform_groups", "drop") == "drop"
@@ -134,14 +131,14 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
     (``distillation.teacher_models``, ``verl_mopd.teachers.verl_loop.LoopTeacher``)."""
     from verl_mopd.teachers.verl_loop import loop_teachers
 
-    block = _section(config, "distillation")
+    block = section(config, "distillation")
     distillation = None
     if block is not None:
         try:
             distillation = OmegaConf.to_container(block, resolve=True)
         except Exception:  # noqa: BLE001 - a broken interpolation: verl's own conversion of the block reports it
             distillation = OmegaConf.to_container(block, resolve=False)
-    trust = bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))
+    trust = bool(section(config, "actor_rollout_ref.model.trust_remote_code"))
     return {**loop_teachers(distillation, trust_remote_code=trust), **mopd.teachers}
 
 
@@ -150,7 +147,7 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
     loop = {v: t for v, t in run_teachers(config, mopd).items() if v not in mopd.teachers}
-    if mopd.teachers and bool(_section(config, "distillation.enabled")):
+    if mopd.teachers and bool(section(config, "distillation.enabled")):
         problems.append(
             f"mopd.teachers {mopd.platforms} run as worker groups, and distillation.enabled=true starts verl's "
             "teacher loop too: one teacher system per run. Keep mopd.teachers (hf/megatron) with "
@@ -165,9 +162,9 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
         )
         return
     teachers = mopd.teachers or loop
-    problems.extend(validate_temperature(_section(config, "actor_rollout_ref.rollout.temperature")))
+    problems.extend(validate_temperature(section(config, "actor_rollout_ref.rollout.temperature")))
     if loop and list(loop) != [ROUTES_EVERY_SAMPLE]:
-        key = _section(config, "distillation.teacher_key")
+        key = section(config, "distillation.teacher_key")
         if key != mopd.routing_key:
             problems.append(
                 f"distillation.teacher_key={key!r} but mopd.routing_key={mopd.routing_key!r}: verl's teacher loop "
@@ -176,10 +173,10 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
             )
     if list(teachers) != [ROUTES_EVERY_SAMPLE]:  # verl's single teacher scores every sample
         for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
-            platforms = _data_platforms(_section(config, key), mopd.routing_key, key, problems)
+            platforms = _data_platforms(section(config, key), mopd.routing_key, key, problems)
             if platforms is not None:
                 problems.extend(validate_platforms(platforms, teachers, split_name))
-    actor_gpus = int(_section(config, "trainer.n_gpus_per_node")) * int(_section(config, "trainer.nnodes"))
+    actor_gpus = int(section(config, "trainer.n_gpus_per_node")) * int(section(config, "trainer.nnodes"))
     for platform, t in mopd.teachers.items():
         if t.placement == "colocated" and t.world_size > actor_gpus:
             problems.append(
@@ -205,7 +202,7 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
 
 
 def _longest_sequence(config: DictConfig) -> int | None:
-    prompt, response = _section(config, "data.max_prompt_length"), _section(config, "data.max_response_length")
+    prompt, response = section(config, "data.max_prompt_length"), section(config, "data.max_response_length")
     if isinstance(prompt, int) and isinstance(response, int):
         return prompt + response
     return None
@@ -222,8 +219,8 @@ def _check_teachers_match_student(config: DictConfig, teachers: dict[str, Any], 
 
     later = ("the trainer compares it when it builds the teachers" if in_workers
              else "verl's teacher loop is not compared at run time")
-    student = _section(config, "actor_rollout_ref.model.path")
-    tokenizer = _section(config, "actor_rollout_ref.model.tokenizer_path")
+    student = section(config, "actor_rollout_ref.model.path")
+    tokenizer = section(config, "actor_rollout_ref.model.tokenizer_path")
     if not (isinstance(student, str) and os.path.isdir(student)) or (tokenizer and not os.path.isdir(str(tokenizer))):
         warnings.append(
             f"teacher tokenizers and vision configs not compared with the student's: actor_rollout_ref.model.path="
@@ -237,7 +234,7 @@ def _check_teachers_match_student(config: DictConfig, teachers: dict[str, Any], 
     if local:
         problems.extend(compare_with_student(
             local, student, student_tokenizer_path=tokenizer or None,
-            trust_remote_code=bool(_section(config, "actor_rollout_ref.model.trust_remote_code"))))
+            trust_remote_code=bool(section(config, "actor_rollout_ref.model.trust_remote_code"))))
 
 
 def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str]) -> set[str] | None:
@@ -268,7 +265,7 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
 
 def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[str]) -> None:
     """Our quota sampler's kwargs (BatchingConfig), and its domains against the teachers."""
-    sampler = _section(config, "trainer.v1.sampler")
+    sampler = section(config, "trainer.v1.sampler")
     path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
     if not path.endswith("verl_mopd.batching.sampler"):
         return
@@ -305,7 +302,7 @@ def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) 
 
 
 def _finite(config: DictConfig, key: str) -> Any:
-    value = _section(config, key)
+    value = section(config, key)
     if isinstance(value, int | float) and not isinstance(value, bool) and not math.isfinite(value):
         return value
     return None
@@ -317,17 +314,17 @@ def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[s
         bad = _finite(config, key)
         if bad is not None:
             problems.append(f"{key}={bad}: must be a finite number")
-    if _section(config, "distillation.distillation_loss.loss_mode") == "mopd_k3":
-        above = _section(config, "distillation.distillation_loss.k3_linear_above")
+    if section(config, "distillation.distillation_loss.loss_mode") == "mopd_k3":
+        above = section(config, "distillation.distillation_loss.k3_linear_above")
         if isinstance(above, int | float) and math.isinf(above):
             warnings.append(
                 "distillation.distillation_loss.k3_linear_above=inf: the plain K3, whose gradient e^d - 1 is "
                 "unbounded where the student is far below the teacher (the default 3.0 keeps it bounded)"
             )
-    sampler = _section(config, "trainer.v1.sampler")
+    sampler = section(config, "trainer.v1.sampler")
     path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
     if path.endswith("verl_mopd.batching.sampler"):
-        n = _section(config, "actor_rollout_ref.rollout.n")
+        n = section(config, "actor_rollout_ref.rollout.n")
         kwargs = (sampler.get("sampler_kwargs") or {}) if sampler is not None else {}
         min_valid = kwargs.get("min_valid_samples", 2)
         if isinstance(n, int) and isinstance(min_valid, int) and n < min_valid:
@@ -351,7 +348,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     if problems or not _check_cluster(config, problems):  # nothing below may run recipe code or divide by None
         return problems, warnings
 
-    loss_mode = _section(config, "distillation.distillation_loss.loss_mode")
+    loss_mode = section(config, "distillation.distillation_loss.loss_mode")
     if loss_mode not in DISTILLATION_LOSS_REGISTRY:
         problems.append(
             f"distillation.distillation_loss.loss_mode={loss_mode!r} is not a registered distillation loss; "
@@ -377,7 +374,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     _check_run_numbers(config, problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
-        _check_path(key, _section(config, key), problems, warnings)
+        _check_path(key, section(config, key), problems, warnings)
     return problems, warnings
 
 
@@ -396,7 +393,7 @@ def compose_recipe(path: str, overrides: list[str] | None = None) -> DictConfig:
 
 def is_sft_recipe(config: DictConfig) -> bool:
     """Stage-1 recipes run verl's SFT trainer (no rollout, no mopd block)."""
-    return _section(config, "actor_rollout_ref") is None and _section(config, "data.messages_key") is not None
+    return section(config, "actor_rollout_ref") is None and section(config, "data.messages_key") is not None
 
 
 def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
@@ -406,16 +403,16 @@ def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
     if problems:
         return problems, warnings
     sections = ["engine", "optim", "checkpoint"]
-    model_path = _section(config, "model.path")
+    model_path = section(config, "model.path")
     if model_path and os.path.exists(str(model_path)):
         sections.append("model")  # HFModelConfig reads the checkpoint's config.json
     for path in sections:
         _convert(config, path, problems)
     for key in ("model.path", "data.train_files"):
-        _check_path(key, _section(config, key), problems, warnings)
+        _check_path(key, section(config, key), problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
-    engine = _section(config, "engine")
-    gpus = int(_section(config, "trainer.n_gpus_per_node") or 0) * int(_section(config, "trainer.nnodes") or 0)
+    engine = section(config, "engine")
+    gpus = int(section(config, "trainer.n_gpus_per_node") or 0) * int(section(config, "trainer.nnodes") or 0)
     if engine is not None and gpus:
         mp = int(engine.get("tensor_model_parallel_size", 1)) * int(engine.get("pipeline_model_parallel_size", 1))
         mp *= int(engine.get("context_parallel_size", 1))
