@@ -3,7 +3,7 @@
     python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
     python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
 
-``table`` runs ``python -m verl_mopd.demo`` in a child process from a fresh folder (so the bases are
+``table`` runs ``verl-mopd demo`` (as ``python -m verl_mopd.cli demo``) in a child process from a fresh folder (so the bases are
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
 ratio, and the wall and CPU time of the whole process tree; it copies the run's ``demo.png`` to
 ``docs/demo.png``. ``sweep`` runs the stage-1/2 part per beta from shared bases and records
@@ -58,7 +58,7 @@ def table(out: Path) -> dict[str, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     env = os.environ | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    subprocess.run([sys.executable, "-m", "verl_mopd.demo", f"--out={out}"], check=True, env=env, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "verl_mopd.cli", "demo", f"--out={out}"], check=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

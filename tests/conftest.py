@@ -19,4 +19,4 @@ def pytest_collection_modifyitems(config, items):
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # shared test helpers (local_http)
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # shared test helpers (local_http, commands)

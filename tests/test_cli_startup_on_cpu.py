@@ -35,6 +35,7 @@ def _imported(importtime_stderr: str) -> set[str]:
     (["--version"], 0),
     (["dmeo"], 2),
     (["score", "--help"], 0),
+    (["demo", "--help"], 0),
     (["score", "--truth", TRUTH, CALL], 0),
     (["validate-recipe", "recipes/ui_mopd/_stage2_ui_mopd.yaml"], 2),
 ])

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_mopd.data.clean import CleanConfig, clean, clean_report
-from verl_mopd.data.cli import main as prepare_main
+from commands import prepare as prepare_main
 from verl_mopd.data.convert import ConvertConfig, trajectory_rows
 from verl_mopd.data.schema import PARSE, SchemaError, drop_duplicate_ids, read_jsonl
 

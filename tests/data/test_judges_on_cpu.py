@@ -147,7 +147,7 @@ def _jsonl(tmp, records):
 
 
 def _prepare(src, out, url, *extra):
-    from verl_mopd.data.cli import main as prepare_main
+    from commands import prepare as prepare_main
 
     return prepare_main(["--input", src, "--out", str(out), "--judge-base-url", url, "--judge-model", "jm",
                          "--val-fraction", "0", "--no-progress", "--workers", "2", *extra])  # fmt: skip

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_mopd.data.clean import CleanConfig, clean
-from verl_mopd.data.cli import main as prepare_main
+from commands import prepare as prepare_main
 from verl_mopd.data.images import DataRoots
 from verl_mopd.data.judges import build_messages
 from verl_mopd.data.schema import read_jsonl

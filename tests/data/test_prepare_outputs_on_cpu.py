@@ -15,7 +15,7 @@ import pytest
 from _data_helpers import record, relative, write_lines
 from PIL import Image
 
-from verl_mopd.data.cli import main as prepare_main
+from commands import prepare as prepare_main
 from verl_mopd.data.convert import ParquetSink
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,8 +100,8 @@ def slow(self):
     open(sys.argv[1], "w").close()
     time.sleep(60)
 ParquetSink.flush = slow
-from verl_mopd.data.cli import main
-sys.exit(main(sys.argv[2:]))
+from verl_mopd.cli import main
+sys.exit(main(["prepare", *sys.argv[2:]]))
 """
 
 

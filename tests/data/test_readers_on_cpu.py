@@ -268,7 +268,7 @@ def agentnet_release(tmp_path):
 def test_agentnet_release_layout_with_defaults(agentnet_release):
     import pandas as pd
 
-    from verl_mopd.data.cli import main as prepare_main
+    from commands import prepare as prepare_main
 
     root, u, w = agentnet_release
     out = root / "out"
@@ -301,7 +301,7 @@ def test_agentnet_release_layout_with_defaults(agentnet_release):
 
 
 def test_agentnet_image_folders_per_file_and_clear_errors(agentnet_release, capsys):
-    from verl_mopd.data.cli import main as prepare_main
+    from commands import prepare as prepare_main
 
     root, u, w = agentnet_release
     moved = root / "elsewhere"

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_mopd.demo.cli import main
+from commands import demo as main
 from verl_mopd.demo.models import build_model, build_tokenizer
 from verl_mopd.demo.config import BASELINES, METRIC_FIELDS, MODELS, DemoConfig
 from verl_mopd.demo.report import aggregate
@@ -192,6 +192,11 @@ def test_short_multi_seed_demo_through_the_cli(tmp_path, capfd):
     printed = capfd.readouterr().out
     assert "| MOPD student |" in printed and "| MOPD acc minus |" in printed and "grad ratio" in printed
     assert "reusing" not in printed
+    # one progress line per finished stage (not a terminal), the last one done; no worker's stray output
+    stages = [s for s in printed.splitlines() if s.startswith("[stage ")]
+    assert len(stages) == 2 + 2 * 5 and stages[-1].startswith("[stage 12/12] 100%") and " · done · " in stages[-1]
+    assert all(s.startswith(("[stage ", "seed ", "stage 0", "mopd ", "grpo ", "|", "verl-mopd demo", "run ", "beta=",
+                             "W", "")) or not s for s in printed.splitlines())
     assert main(argv + ["--seeds=1", "--no-baselines", "--no-plot"]) == 0
     assert printed.count("stage 0") == 2 and capfd.readouterr().out.count("reusing") == 2
     # a knob that differs never retrains over the cache: refused before any work, the cache untouched

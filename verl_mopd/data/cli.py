@@ -1,7 +1,6 @@
 """``verl-mopd prepare``: read trajectories, clean them, write verl parquet and the report.
 
-``verl_mopd/cli.py`` mounts this with :func:`add_prepare_arguments` + :func:`run_prepare`; it also
-runs alone as ``python -m verl_mopd.data``.
+``verl_mopd/cli.py`` mounts this with :func:`add_prepare_arguments` + :func:`run_prepare`.
 
     python -m verl_mopd.data.fixtures /tmp/uni_gui
     verl-mopd prepare --input /tmp/uni_gui/trajectories.jsonl --out /tmp/uni_gui/out
@@ -464,14 +463,3 @@ def run_prepare(args: argparse.Namespace) -> int:
     for line in messages:
         print(line, file=sys.stderr)
     return code
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m verl_mopd.data``: the same command, behind ``verl-mopd``'s error boundary."""
-    from verl_mopd.cli import main as cli_main
-
-    return cli_main(["prepare", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -66,17 +66,20 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Build a :class:`DemoConfig` from parsed ``args`` and run the demo. Returns the exit code."""
-    from verl_mopd.demo.run import _quiet, run
+    """Build a :class:`DemoConfig` from parsed ``args`` and run the demo. Returns the exit code
+    (130 on Ctrl-C, with one line saying the output folder holds no complete run)."""
+    import sys
+
+    from verl_mopd.demo.run import SUMMARY, _quiet, run
 
     _quiet()
     cfg = DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})
     if cfg.plot and importlib.util.find_spec("matplotlib") is None:  # the `demo` extra; checked before any work
         raise UsageError("the demo's plot needs matplotlib: pip install -e '.[demo]' (or give --no-plot)")
-    run(cfg)
+    try:
+        run(cfg)
+    except KeyboardInterrupt:
+        print(f"verl-mopd demo: interrupted; {cfg.out} has no {SUMMARY}, the mark of a complete run",
+              file=sys.stderr)
+        return 130
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_mopd.demo", description=__doc__)
-    return run_demo(add_demo_arguments(parser).parse_args(argv))

@@ -46,6 +46,7 @@ micro-batch: a demonstration and an integration test, not a second trainer.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from dataclasses import asdict
@@ -57,6 +58,7 @@ import torch
 from verl_mopd.demo.baselines import run_baselines
 from verl_mopd.demo.config import BASELINES, METRIC_FIELDS, MODELS, PLATFORMS, DemoConfig, _plural, _seed
 from verl_mopd.demo.models import build_tokenizer
+from verl_mopd.demo.progress import Progress, ProgressLine, stage_plan
 from verl_mopd.demo.report import _plot, aggregate, comparison_table, difference_table
 from verl_mopd.demo.stages import (
     _HEADER,
@@ -72,13 +74,17 @@ from verl_mopd.demo.stages import (
     sft,
 )
 
-__all__ = ["BASELINES", "METRIC_FIELDS", "MODELS", "DemoConfig", "run", "run_seed"]
+__all__ = ["BASELINES", "METRIC_FIELDS", "MODELS", "SUMMARY", "DemoConfig", "run", "run_seed"]
+
+#: the run's summary and its completion marker: written last, atomically (:func:`run`)
+SUMMARY = "summary.json"
 
 
 
-def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> dict:
+def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print, report=None) -> dict:
     """Stages 1-2 and every baseline for one ``seed`` from the pretrained ``bases`` (``{"teacher",
-    "student"}`` checkpoint folders); checkpoints under ``cfg.out/seed{seed}``.
+    "student"}`` checkpoint folders); checkpoints under ``cfg.out/seed{seed}``. ``report((seed, stage),
+    seconds)``, when given, is called as each stage of ``stage_s`` ends (the progress line).
 
     Returns ``{"seed", "eval": {model: {platform: {reward, acc, intents}}}, "records": [...],
     "teacher_queries": {teacher: {platform: rows}}, "stage_s": {...}, "cpu_s", "wall_s",
@@ -94,6 +100,8 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
 
     def timed(name, t0):
         stage_s[name] = round(time.perf_counter() - t0, 2)
+        if report is not None:
+            report((seed, name), stage_s[name])
 
     def ev(name, policy):
         evals[name] = evaluate(policy, held_out, cfg.max_new_tokens)
@@ -111,7 +119,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print) -> di
         losses = sft(teacher, batches, cfg.sft_lr)
         sft_steps[f"teacher:{p}"] = len(losses)
         paths[p] = _save(teacher, root / "teachers" / p)
-        log(f"seed {seed}  stage 1 {p} teacher: {len(losses)} SFT steps on {len(corpora[p])} tasks, "
+        log(f"seed {seed}  stage 1 {p} teacher: {_plural(len(losses), 'SFT step')} on {len(corpora[p])} tasks, "
             f"final loss {losses[-1] if losses else float('nan'):.4f}")
     timed("teachers", t0)
 
@@ -164,14 +172,48 @@ def _quiet():
     warnings.filterwarnings("ignore", module="megatron")
 
 
-def _pretrain_worker(cfg: DemoConfig, role: str) -> str:
+#: the driver's event queue, in a worker process only (set by :func:`_worker_init`; a queue can reach a
+#: pool worker only at its start)
+_EVENTS = None
+
+
+def _worker_init(events, log_dir: str) -> None:
+    """A pool worker: Ctrl-C is the driver's to handle (no traceback per worker); everything the
+    worker or a library prints goes to ``log_dir/worker-PID.log``; log lines and stage ends go to the
+    driver through ``events``, which prints them whole under one progress line."""
+    import os
+    import signal
+    import sys
+
+    global _EVENTS
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(Path(log_dir) / f"worker-{os.getpid()}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for stream, target in ((sys.stdout, 1), (sys.stderr, 2)):
+        stream.flush()
+        os.dup2(fd, target)  # C-level output (torch, Ray) too
+    os.close(fd)
+    _EVENTS = events
     _quiet()
-    return pretrain_base(cfg, role, log=lambda s: print(s, flush=True))
+
+
+def _send_log(text: str) -> None:
+    _EVENTS.put(("log", text))
+
+
+def _send_stage(key: tuple, seconds: float) -> None:
+    _EVENTS.put(("stage", key, seconds))
+
+
+def _pretrain_worker(cfg: DemoConfig, role: str) -> str:
+    t0 = time.perf_counter()
+    path = pretrain_base(cfg, role, log=_send_log)
+    _send_stage(("base", role), time.perf_counter() - t0)
+    return path
 
 
 def _seed_worker(cfg: DemoConfig, seed: int, bases: dict[str, str]) -> dict:
-    _quiet()
-    return run_seed(cfg, seed, bases, log=lambda s: print(s, flush=True))
+    return run_seed(cfg, seed, bases, log=_send_log, report=_send_stage)
 
 
 # ------------------------------------------------------------------------------ all seeds
@@ -184,32 +226,96 @@ def _tree_cpu() -> float:
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
-def run(cfg: DemoConfig, log=None) -> dict:
+def _run_in_pool(cfg: DemoConfig, seeds: list[int], roles: tuple[str, ...], log, report) -> tuple[list, dict]:
+    """The bases, then every seed, in ``cfg.n_workers`` spawned processes; their events are handled
+    here as they come. Ctrl-C stops the workers at once (they ignore SIGINT, so they print no
+    traceback) and is raised again for the CLI to report."""
+    import multiprocessing as mp
+    import queue as queue_errors
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    ctx = mp.get_context("spawn")
+    events = ctx.Queue()
+
+    def drain(futures):
+        pending = set(futures)
+        while True:
+            try:
+                event = events.get(timeout=0.2)
+            except queue_errors.Empty:
+                pending = {f for f in pending if not f.done()}
+                if not pending:
+                    break
+                continue
+            if event[0] == "log":
+                log(event[1])
+            else:
+                report(event[1], event[2])
+        wait(futures)
+        while not events.empty():  # what was sent just before the last worker finished
+            event = events.get()
+            log(event[1]) if event[0] == "log" else report(event[1], event[2])
+        return [f.result() for f in futures]
+
+    pool = ProcessPoolExecutor(max(2, cfg.n_workers), mp_context=ctx, initializer=_worker_init,
+                               initargs=(events, str(Path(cfg.out) / "logs")))
+    try:
+        bases = dict(zip(roles, drain([pool.submit(_pretrain_worker, cfg, r) for r in roles]), strict=True))
+        per_seed = drain([pool.submit(_seed_worker, cfg, s, bases) for s in seeds])
+    except KeyboardInterrupt:
+        for process in list(getattr(pool, "_processes", {}).values()):  # no public way to stop busy workers
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return per_seed, bases
+
+
+def run(cfg: DemoConfig, log=None, stream=None) -> dict:
     """Every seed (in ``cfg.n_workers`` processes), then the aggregate table, ``metrics.jsonl``,
-    ``summary.json`` and ``demo.png`` in ``cfg.out``.
+    ``demo.png`` and, last, ``summary.json`` in ``cfg.out``: ``summary.json`` is the completion
+    marker (written atomically when the run is done, removed when a run starts in that folder), so
+    an interrupted run never looks complete.
+
+    ``log``: where whole lines go (default: printed); ``stream``: where the progress line goes
+    (default stdout; redrawn in place on a terminal, one line per finished stage elsewhere). Pool
+    workers print nothing themselves: their lines reach the driver whole, and anything else they
+    print (library warnings included) goes to ``cfg.out/logs/worker-PID.log``.
 
     Returns the summary: ``{"config", "wall_s", "cpu_s" (this process and its workers, imports
     included), "per_seed": [{seed, eval, stage_s, cpu_s, ...}], "aggregate": {"table", "diffs"},
     "grad_ratio": {median, q10, q90, steps}, "records": [...]}``.
     """
-    log_fn = log or (lambda s: print(s, flush=True))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / SUMMARY).unlink(missing_ok=True)  # this folder holds no complete run until this one ends
     t0, cpu0 = time.perf_counter(), _tree_cpu()
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    roles = ("teacher", "student")
+    line = ProgressLine(Progress(stage_plan(cfg, seeds, roles), start=t0), stream)
+    if log is None:
+        def log_fn(text):
+            line.log(text)
+    else:
+        log_fn = log
+
+    def report(key, seconds):
+        line.stage_done(key, seconds, time.perf_counter())
+
     log_fn(f"verl-mopd demo: {_plural(len(seeds), 'seed')} in {_plural(cfg.n_workers, 'process', 'processes')}; "
            f"per-step rows:\n{_HEADER}")
-    roles = ("teacher", "student")
-    if cfg.n_workers == 1:
-        bases = {r: pretrain_base(cfg, r, log=log_fn) for r in roles}
-        per_seed = [run_seed(cfg, s, bases, log=log_fn) for s in seeds]
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max(2, cfg.n_workers), mp_context=mp.get_context("spawn")) as pool:
-            bases = dict(zip(roles, pool.map(_pretrain_worker, [cfg] * 2, roles), strict=True))
-            per_seed = list(pool.map(_seed_worker, [cfg] * len(seeds), seeds, [bases] * len(seeds)))
+    try:
+        if cfg.n_workers == 1:
+            bases = {}
+            for r in roles:
+                start = time.perf_counter()
+                bases[r] = pretrain_base(cfg, r, log=log_fn)
+                report(("base", r), time.perf_counter() - start)
+            per_seed = [run_seed(cfg, s, bases, log=log_fn, report=report) for s in seeds]
+        else:
+            per_seed, bases = _run_in_pool(cfg, seeds, roles, log_fn, report)
+    finally:
+        line.close()
     wall, cpu = time.perf_counter() - t0, _tree_cpu() - cpu0  # the pool's workers are reaped by now
     records = [r for s in per_seed for r in s.pop("records")]
     with open(out / "metrics.jsonl", "w") as f:
@@ -223,7 +329,9 @@ def run(cfg: DemoConfig, log=None) -> dict:
                    "q90": float(np.quantile(ratios, 0.9)), "steps": len(ratios)} if ratios else {})
     summary = {"config": asdict(cfg), "wall_s": wall, "cpu_s": cpu, "per_seed": per_seed, "aggregate": agg,
                "grad_ratio": grad_ratio}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    partial = out / f".{SUMMARY}.partial"
+    partial.write_text(json.dumps(summary, indent=2))
+    os.replace(partial, out / SUMMARY)  # last, and atomic: the run is complete
     log_fn("")
     log_fn(comparison_table(agg))
     if agg["diffs"]:
@@ -232,6 +340,6 @@ def run(cfg: DemoConfig, log=None) -> dict:
     if grad_ratio:
         log_fn(f"\nbeta={cfg.beta}: beta*|grad K3| / |grad PG| median {grad_ratio['median']:.3f} "
                f"(10-90%: {grad_ratio['q10']:.3f}-{grad_ratio['q90']:.3f}) over {grad_ratio['steps']} MOPD steps")
-    log_fn(f"{wall:.0f} s wall, {cpu:.0f} s CPU in all; wrote {out / 'summary.json'}, {out / 'metrics.jsonl'}"
+    log_fn(f"{wall:.0f} s wall, {cpu:.0f} s CPU in all; wrote {out / SUMMARY}, {out / 'metrics.jsonl'}"
            + (f", {out / 'demo.png'}" if cfg.plot and records else ""))
     return summary | {"records": records}

@@ -7,7 +7,7 @@
 - :mod:`.osworld`, :mod:`.mobileworld`: agents for the official harnesses (pyautogui code /
   MobileWorld ``JSONAction``), 30-step budget.
 - :mod:`.merge`: weight-average and TIES (peft's ``merge_utils.ties``) checkpoint merges.
-- :mod:`.cli`: ``verl-mopd eval offline | merge`` (also ``python -m verl_mopd.eval``).
+- :mod:`.cli`: ``verl-mopd eval offline | merge``.
 
 Submodules are imported on use, so ``import verl_mopd.eval`` loads neither torch nor transformers.
 """

@@ -1,7 +1,6 @@
 """``verl-mopd eval``: offline step-level evaluation and checkpoint merges.
 
-``verl_mopd/cli.py`` mounts this with :func:`add_eval_arguments` + :func:`run_eval`; it also runs
-alone as ``python -m verl_mopd.eval``.
+``verl_mopd/cli.py`` mounts this with :func:`add_eval_arguments` + :func:`run_eval`.
 
     verl-mopd eval offline --data test.parquet --base-url http://127.0.0.1:30000/v1 --model student \\
         --out runs/student [--max-in-flight 32] [--mode strict] [--preset aitw] [--limit 500]
@@ -162,14 +161,3 @@ def _merge(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     return {"offline": _offline, "merge": _merge}[args.eval_command](args)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m verl_mopd.eval``: the same command, behind ``verl-mopd``'s error boundary."""
-    from verl_mopd.cli import main as cli_main
-
-    return cli_main(["eval", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

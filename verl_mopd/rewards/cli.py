@@ -1,7 +1,6 @@
 """``verl-mopd score``: score one response or a JSONL file of rollouts.
 
-``verl_mopd/cli.py`` mounts this with :func:`add_score_arguments` + :func:`run_score`; it also
-runs alone as ``python -m verl_mopd.rewards``.
+``verl_mopd/cli.py`` mounts this with :func:`add_score_arguments` + :func:`run_score`.
 
     verl-mopd score --platform mobile --truth '{"action": {"action": "click", "coordinate": [500, 300]}}' \\
         '<tool_call>{"name": "mobile_use", "arguments": {"action": "click", "coordinate": [505, 298]}}</tool_call>'
@@ -21,7 +20,6 @@ import argparse
 import contextlib
 import json
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,14 +119,3 @@ def run_score(args: argparse.Namespace) -> int:
         raise UsageError(f"--truth: {e}") from None
     print(json.dumps(r, ensure_ascii=False))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m verl_mopd.rewards``: the same command, behind ``verl-mopd``'s error boundary."""
-    from verl_mopd.cli import main as cli_main
-
-    return cli_main(["score", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from verl_mopd.demo.cli import main
-
-sys.exit(main())

@@ -1,5 +1,0 @@
-import sys
-
-from verl_mopd.rewards.cli import main
-
-sys.exit(main())
