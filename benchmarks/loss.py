@@ -3,7 +3,7 @@
 Same tensors for both paths (default 64 x 4096 tokens, float32):
   verl:  kl_penalty(student, teacher, "k3") -> clamp(loss_max_clamp=10) -> agg_loss(token-mean)
          (what verl's distillation_loss does for loss_mode=k3 with its dataclass defaults)
-  ours:  k3_kl(student, teacher, gate=mopd_kl_mask (bs, 1)) -> agg_loss(token-mean)
+  ours:  k3_kl(student, teacher, kl_mask=mopd_kl_mask (bs, 1)) -> agg_loss(token-mean)
 
 Prints the time ratio ours/verl and the bytes each path saves for backward (on CUDA also the
 peak allocated memory). Run: python benchmarks/loss.py [--bs 64 --len 4096 --device cpu]
@@ -19,13 +19,13 @@ from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl_mopd.losses import k3_kl
 
 
-def verl_path(student, teacher, mask, gate):
+def verl_path(student, teacher, mask, kl_mask):
     kl = kl_penalty(logprob=student, ref_logprob=teacher, kl_penalty="k3").clamp(min=-10.0, max=10.0)
     return agg_loss(loss_mat=kl, loss_mask=mask, loss_agg_mode="token-mean")
 
 
-def ours_path(student, teacher, mask, gate):
-    return agg_loss(loss_mat=k3_kl(student, teacher, gate=gate), loss_mask=mask, loss_agg_mode="token-mean")
+def ours_path(student, teacher, mask, kl_mask):
+    return agg_loss(loss_mat=k3_kl(student, teacher, kl_mask=kl_mask), loss_mask=mask, loss_agg_mode="token-mean")
 
 
 def saved_bytes(fn, *args):
@@ -41,13 +41,13 @@ def saved_bytes(fn, *args):
     return total
 
 
-def bench(fn, student, teacher, mask, gate, repeats, sync):
+def bench(fn, student, teacher, mask, kl_mask, repeats, sync):
     times = []
     for i in range(repeats + 3):
         student.grad = None
         sync()
         t0 = time.perf_counter()
-        fn(student, teacher, mask, gate).backward()
+        fn(student, teacher, mask, kl_mask).backward()
         sync()
         if i >= 3:  # warm-up
             times.append(time.perf_counter() - t0)
@@ -67,18 +67,18 @@ def main():
     teacher = (-torch.rand(args.bs, args.len, generator=g) * 6).to(args.device)
     lengths = torch.randint(args.len // 4, args.len + 1, (args.bs,), generator=g).to(args.device)
     mask = (torch.arange(args.len, device=args.device) < lengths[:, None]).float()
-    gate = (torch.rand(args.bs, 1, generator=g) < 0.7).float().to(args.device)
+    kl_mask = (torch.rand(args.bs, 1, generator=g) < 0.7).float().to(args.device)
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
 
     rows = []
     for name, fn in (("verl k3 + clamp + agg_loss", verl_path), ("mopd_k3 (gated) + agg_loss", ours_path)):
-        t = bench(fn, student, teacher, mask, gate, args.repeats, sync)
-        saved = saved_bytes(fn, student, teacher, mask, gate)
+        t = bench(fn, student, teacher, mask, kl_mask, args.repeats, sync)
+        saved = saved_bytes(fn, student, teacher, mask, kl_mask)
         peak = None
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-            fn(student, teacher, mask, gate).backward()
+            fn(student, teacher, mask, kl_mask).backward()
             peak = torch.cuda.max_memory_allocated() - base
         rows.append((name, t, saved, peak))
 

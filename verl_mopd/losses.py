@@ -39,7 +39,15 @@ import torch
 __all__ = [
     "K3_CLAMP_BELOW",
     "K3_LINEAR_ABOVE",
+    "KL_MASK_KEY",
+    "KL_START_KEY",
+    "TEACHER_LOGPROBS_KEY",
+    "compute_mopd_k3",
+    "counted_tokens",
+    "gated_k3",
     "k3_kl",
+    "k3_metrics",
+    "kept_kl_mask",
     "mopd_kl_loss",
     "reward_gate",
     "thought_end_index",
@@ -58,6 +66,13 @@ K3_LINEAR_ABOVE = 3.0
 K3_CLAMP_BELOW = -20.0
 
 
+#: Per-sample batch keys written on the driver (``verl_mopd.trainer.gate``) and read here.
+KL_MASK_KEY = "mopd_kl_mask"
+KL_START_KEY = "mopd_kl_start"
+#: where the teacher group stores the teachers' log-probs of the sampled tokens (verl's name)
+TEACHER_LOGPROBS_KEY = "teacher_logprobs"
+
+
 class _K3(torch.autograd.Function):
     """K3 with a linear continuation above ``hi``, held constant below ``lo``, optionally gated.
 
@@ -69,46 +84,50 @@ class _K3(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, student, teacher, lo: float, hi: float, gate, token_mask):
+    def forward(ctx, student_BT, teacher_BT, lo: float, hi: float, kl_mask_B1, token_mask_BT):
         with torch.no_grad():
-            d = teacher - student  # (B, T)
-            d_min, d_max = torch.aminmax(d) if d.numel() else (d.new_zeros(()), d.new_zeros(()))
+            d_BT = teacher_BT - student_BT
+            d_min, d_max = torch.aminmax(d_BT) if d_BT.numel() else (d_BT.new_zeros(()), d_BT.new_zeros(()))
             rare = not bool((d_min >= lo) & (d_max < math.inf))  # NaN compares False: also rare
-            dc = d.clamp(lo, hi)
-            dk = torch.exp(dc).sub_(1.0)  # dK3/dd on [lo, hi]; equals the tangent slope above hi
-            k = dc.neg_().add_(dk)
+            dc_BT = d_BT.clamp(lo, hi)
+            dk_BT = torch.exp(dc_BT).sub_(1.0)  # dK3/dd on [lo, hi]; equals the tangent slope above hi
+            k_BT = dc_BT.neg_().add_(dk_BT)
             if rare:
                 # constant below lo (e.g. -inf teacher log-probs): zero derivative there
-                dk.mul_((d - lo).clamp_min_(0.0).sign_())
+                dk_BT.mul_((d_BT - lo).clamp_min_(0.0).sign_())
             if math.isfinite(hi):  # hi = inf is the plain K3 (no linear part; 0 * inf would be NaN)
-                k.add_(d.sub_(hi).clamp_min_(0.0), alpha=math.expm1(hi))
-            if gate is not None:
-                k.mul_(gate)
-                dk.mul_(gate)
-            if rare and (token_mask is not None or gate is not None):
+                k_BT.add_(d_BT.sub_(hi).clamp_min_(0.0), alpha=math.expm1(hi))
+            if kl_mask_B1 is not None:
+                k_BT.mul_(kl_mask_B1)
+                dk_BT.mul_(kl_mask_B1)
+            if rare and (token_mask_BT is not None or kl_mask_B1 is not None):
                 # a NaN/inf log-prob on a token that does not count (masked, or its sample gated
                 # off) must not reach the value or the gradient: 0 * NaN would be NaN
-                if token_mask is None:
-                    not_counted = gate == 0
+                if token_mask_BT is None:
+                    not_counted_BT = kl_mask_B1 == 0
+                elif kl_mask_B1 is None:
+                    not_counted_BT = token_mask_BT == 0
                 else:
-                    not_counted = token_mask == 0 if gate is None else (token_mask == 0) | (gate == 0)
-                off = not_counted & ~torch.isfinite(k)
-                k.masked_fill_(off, 0.0)
-                dk.masked_fill_(off, 0.0)
-        ctx.save_for_backward(dk)
-        return k
+                    not_counted_BT = (token_mask_BT == 0) | (kl_mask_B1 == 0)
+                off_BT = not_counted_BT & ~torch.isfinite(k_BT)
+                k_BT.masked_fill_(off_BT, 0.0)
+                dk_BT.masked_fill_(off_BT, 0.0)
+        ctx.save_for_backward(dk_BT)
+        return k_BT
 
     @staticmethod
-    def backward(ctx, grad_out):
-        (dk,) = ctx.saved_tensors
+    def backward(ctx, grad_out_BT):
+        (dk_BT,) = ctx.saved_tensors
         # dK/d(student) = -dK/dd; the teacher is a constant of the loss (no gradient).
-        return torch.mul(grad_out, dk).neg_(), None, None, None, None, None
+        return torch.mul(grad_out_BT, dk_BT).neg_(), None, None, None, None, None
 
 
-def _check_per_sample(name: str, value: torch.Tensor, bs: int) -> None:
+def _check_per_sample(name: str, value: torch.Tensor, bs: int, note: str = "") -> None:
     """A per-sample tensor must be (bs,) or (bs, 1): anything else would broadcast silently."""
     if tuple(value.shape) not in ((bs,), (bs, 1)):
-        raise ValueError(f"{name} has shape {tuple(value.shape)}; expected ({bs},) or ({bs}, 1), one value per sample")
+        raise ValueError(
+            f"{name} has shape {tuple(value.shape)}; expected ({bs},) or ({bs}, 1), one value per sample{note}"
+        )
 
 
 def k3_kl(
@@ -117,7 +136,7 @@ def k3_kl(
     *,
     linear_above: float = K3_LINEAR_ABOVE,
     clamp_below: float = K3_CLAMP_BELOW,
-    gate: torch.Tensor | None = None,
+    kl_mask: torch.Tensor | None = None,
     token_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token K3 estimator ``exp(d) - d - 1`` with ``d = teacher - student``.
@@ -129,8 +148,9 @@ def k3_kl(
         linear_above: for ``d > linear_above`` the tangent line at ``linear_above`` (must be >= 0;
             ``inf`` gives the plain K3, whose gradient ``e^d - 1`` is unbounded).
         clamp_below: for ``d < clamp_below`` the value at ``clamp_below`` (must be < linear_above).
-        gate: optional (bs,) or (bs, 1) per-sample weight broadcast over tokens (the reward gate);
-            applied in place, so no (bs, response_len) temporary is made for it.
+        kl_mask: optional (bs,) or (bs, 1) per-sample weight broadcast over tokens (the reward
+            gate, :func:`reward_gate`); applied in place, so no (bs, response_len) temporary is
+            made for it.
         token_mask: optional (bs, response_len), nonzero on the tokens that count. Only read when
             a log-prob is NaN or ``d`` is ``+inf``: such a token outside the mask or in a gated-off
             sample then gives exactly 0 and 0 gradient (a counted one stays NaN/inf, visibly).
@@ -141,30 +161,32 @@ def k3_kl(
         KL(student || teacher); its expected gradient on student samples is that of
         KL(teacher || student) (module docstring).
     """
-    if student_log_probs.shape != teacher_log_probs.shape:
+    student_BT, teacher_BT = student_log_probs, teacher_log_probs
+    if student_BT.shape != teacher_BT.shape:
         raise ValueError(
-            f"student_log_probs {tuple(student_log_probs.shape)} and teacher_log_probs "
-            f"{tuple(teacher_log_probs.shape)} must have the same shape (bs, response_len)"
+            f"student_log_probs {tuple(student_BT.shape)} and teacher_log_probs {tuple(teacher_BT.shape)} "
+            "must have the same shape (bs, response_len): one teacher log-prob per sampled token (not top-k)"
         )
-    if not student_log_probs.is_floating_point():
-        raise ValueError(f"student_log_probs has dtype {student_log_probs.dtype}; log-probs must be floating point")
+    if not student_BT.is_floating_point():
+        raise ValueError(f"student_log_probs has dtype {student_BT.dtype}; log-probs must be floating point")
     if not clamp_below < linear_above or linear_above < 0:
         raise ValueError(
             f"need clamp_below < linear_above and linear_above >= 0, got clamp_below={clamp_below}, "
             f"linear_above={linear_above}"
         )
-    if token_mask is not None and token_mask.shape != student_log_probs.shape:
+    if token_mask is not None and token_mask.shape != student_BT.shape:
         raise ValueError(
-            f"token_mask has shape {tuple(token_mask.shape)}; expected {tuple(student_log_probs.shape)} "
+            f"token_mask has shape {tuple(token_mask.shape)}; expected {tuple(student_BT.shape)} "
             "(bs, response_len), as the log-probs"
         )
-    teacher = teacher_log_probs.detach().to(student_log_probs.dtype)
-    if gate is not None:
-        if student_log_probs.dim() == 0:
-            raise ValueError("gate needs log-probs of shape (bs, response_len)")
-        _check_per_sample("gate", gate, student_log_probs.shape[0])
-        gate = gate.detach().to(student_log_probs.dtype).reshape(-1, *([1] * (student_log_probs.dim() - 1)))
-    return _K3.apply(student_log_probs, teacher, float(clamp_below), float(linear_above), gate, token_mask)
+    teacher_BT = teacher_BT.detach().to(student_BT.dtype)
+    kl_mask_B1 = None
+    if kl_mask is not None:
+        if student_BT.dim() == 0:
+            raise ValueError("kl_mask needs log-probs of shape (bs, response_len)")
+        _check_per_sample("kl_mask", kl_mask, student_BT.shape[0])
+        kl_mask_B1 = kl_mask.detach().to(student_BT.dtype).reshape(-1, *([1] * (student_BT.dim() - 1)))
+    return _K3.apply(student_BT, teacher_BT, float(clamp_below), float(linear_above), kl_mask_B1, token_mask)
 
 
 def _group_index(group_ids: Any) -> tuple[np.ndarray, int]:
@@ -180,7 +202,8 @@ def _group_index(group_ids: Any) -> tuple[np.ndarray, int]:
 def reward_gate(scores: torch.Tensor | Sequence[float], group_ids: Any, tau: float) -> torch.Tensor:
     """The adaptive reward gate: switch the KL term off for groups that already do well.
 
-    ``gate_i = 1.0 if mean_{j: g_j = g_i} scores_j <= tau else 0.0``.
+    ``kl_mask_i = 1.0 if mean_{j: g_j = g_i} scores_j <= tau else 0.0`` (``m_i`` in the paper; the
+    per-sample ``kl_mask`` the loss takes, stored as ``mopd_kl_mask`` on the verl path).
 
     Args:
         scores: (bs,) per-rollout gate metric: the task score, or ``acc`` (1.0 iff fully correct)
@@ -193,21 +216,21 @@ def reward_gate(scores: torch.Tensor | Sequence[float], group_ids: Any, tau: flo
     Returns:
         (bs,) float32 tensor of 1.0 (KL on) / 0.0 (KL masked), on the device of ``scores``.
     """
-    scores_t = torch.as_tensor(scores).detach()
-    if scores_t.dim() != 1:
-        raise ValueError(f"scores must be 1-D (bs,), got shape {tuple(scores_t.shape)}")
-    if not torch.isfinite(scores_t).all():
-        bad = scores_t[~torch.isfinite(scores_t)][:3].tolist()
+    scores_B = torch.as_tensor(scores).detach()
+    if scores_B.dim() != 1:
+        raise ValueError(f"scores must be 1-D (bs,), got shape {tuple(scores_B.shape)}")
+    if not torch.isfinite(scores_B).all():
+        bad = scores_B[~torch.isfinite(scores_B)][:3].tolist()
         raise ValueError(f"scores must be finite for the reward gate, got {bad}")
-    inverse, n_groups = _group_index(group_ids)
-    if len(inverse) != len(scores_t):
-        raise ValueError(f"group_ids has {len(inverse)} entries but scores has {len(scores_t)}")
-    inv = torch.from_numpy(inverse).to(scores_t.device)
-    s = scores_t.to(torch.float64)
-    sums = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(0, inv, s)
-    counts = torch.bincount(inv, minlength=n_groups).to(torch.float64)
-    group_mean = (sums / counts)[inv]
-    return (group_mean <= tau).to(torch.float32)
+    group_B, n_groups = _group_index(group_ids)
+    if len(group_B) != len(scores_B):
+        raise ValueError(f"group_ids has {len(group_B)} entries but scores has {len(scores_B)}")
+    group_B = torch.from_numpy(group_B).to(scores_B.device)
+    scores_B = scores_B.to(torch.float64)
+    sums_G = torch.zeros(n_groups, dtype=torch.float64, device=scores_B.device).index_add_(0, group_B, scores_B)
+    counts_G = torch.bincount(group_B, minlength=n_groups).to(torch.float64)
+    group_mean_B = (sums_G / counts_G)[group_B]
+    return (group_mean_B <= tau).to(torch.float32)
 
 
 def thought_end_index(responses: torch.Tensor, response_mask: torch.Tensor, think_end_token_id: int,
@@ -226,19 +249,207 @@ def thought_end_index(responses: torch.Tensor, response_mask: torch.Tensor, thin
         it answered without a thought), except a truncated one: it was cut off inside its thought,
         so every token is thought and the index is ``response_len`` (no KL on it).
     """
-    hit = (responses == think_end_token_id) & response_mask.bool()
-    pos = torch.arange(responses.shape[-1], device=responses.device).expand_as(responses)
-    last = torch.where(hit, pos, torch.full_like(pos, -1)).amax(dim=-1)
-    start = last + 1
+    hit_BT = (responses == think_end_token_id) & response_mask.bool()
+    pos_BT = torch.arange(responses.shape[-1], device=responses.device).expand_as(responses)
+    last_B = torch.where(hit_BT, pos_BT, torch.full_like(pos_BT, -1)).amax(dim=-1)
+    start_B = last_B + 1
     if truncated is not None:
-        cut_in_thought = truncated.reshape(-1).bool().to(start.device) & (last < 0)
-        start = torch.where(cut_in_thought, torch.full_like(start, responses.shape[-1]), start)
-    return start
+        cut_in_thought_B = truncated.reshape(-1).bool().to(start_B.device) & (last_B < 0)
+        start_B = torch.where(cut_in_thought_B, torch.full_like(start_B, responses.shape[-1]), start_B)
+    return start_B
 
 
-def _window_mask(kl_start_index: torch.Tensor, shape: torch.Size, device) -> torch.Tensor:
-    pos = torch.arange(shape[-1], device=device)
-    return pos.unsqueeze(0) >= kl_start_index.reshape(-1, 1).to(device)
+# ----------------------------------------------------------------------------------------------
+# The core both entry points share: :func:`mopd_kl_loss` (pure torch) and :func:`compute_mopd_k3`
+# (verl's loss_mode=mopd_k3). One place computes the thought window, the gate, the counted tokens
+# and the metrics. Notation (tinker-cookbook's): a name's suffix gives its dimensions, ``_B`` one
+# value per sample, ``_BT`` one per token of the (bs, response_len) response layout.
+# ----------------------------------------------------------------------------------------------
+
+#: how verl aggregates each metric of :func:`k3_metrics` over micro-batches and data-parallel
+#: ranks (``verl.utils.metric.AggregationType`` names)
+K3_METRIC_AGGREGATION = {
+    "mopd/k3_mean": "MEAN",
+    "mopd/k3_mean_kl_on": "MEAN",
+    "mopd/kl_mask_on_fraction": "MEAN",
+    "mopd/k3_sum_kl_on": "SUM",
+    "mopd/kl_on_tokens": "SUM",
+    "mopd/kl_on_samples": "SUM",
+}
+
+
+def padded(value: torch.Tensor, padding=0) -> torch.Tensor:
+    """A per-sample field in the padded (bs, ...) layout: verl's jagged nested tensors are padded."""
+    return value.to_padded_tensor(padding) if getattr(value, "is_nested", False) else value
+
+
+def _thought_window_BT(kl_start_B: torch.Tensor, shape: torch.Size, device) -> torch.Tensor:
+    """(bs, response_len) bool: the positions ``>= kl_start_B`` (the KL's window after the thought)."""
+    pos_T = torch.arange(shape[-1], device=device)
+    return pos_T.unsqueeze(0) >= kl_start_B.reshape(-1, 1).to(device)
+
+
+def counted_tokens(response_mask_BT: torch.Tensor, kl_mask_B: torch.Tensor | None = None,
+                   kl_start_B: torch.Tensor | None = None) -> torch.Tensor:
+    """(bs, response_len) bool: the tokens the KL counts.
+
+    A response token counts when it is in its sample's thought window (position ``>= kl_start_B``,
+    :func:`thought_end_index`; all positions without it) and its sample's KL is on
+    (``kl_mask_B > 0``; all samples without it).
+    """
+    counted_BT = response_mask_BT.bool()
+    if kl_start_B is not None:
+        counted_BT = counted_BT & _thought_window_BT(kl_start_B, counted_BT.shape, counted_BT.device)
+    if kl_mask_B is not None:
+        counted_BT = counted_BT & (kl_mask_B.reshape(-1, 1) > 0)
+    return counted_BT
+
+
+def kept_kl_mask(kl_mask_B: torch.Tensor, response_mask_BT: torch.Tensor, kl_start_B: torch.Tensor | None = None,
+                 real_B: torch.Tensor | None = None) -> torch.Tensor:
+    """The gate with ``normalization="kept"`` folded in: ``kl_mask_B * N_tokens / N_counted``.
+
+    "kept" means: the mean is over the counted tokens only (:func:`counted_tokens`: gated-off
+    samples and thought tokens are left out of the denominator). :func:`mopd_kl_loss` realizes it
+    by aggregating over ``counted_BT``. verl's ``agg_loss`` always divides by every response token
+    of the mini-batch (``batch_num_tokens``, all-reduced by its engines), so on the verl path the
+    driver (``verl_mopd.trainer.gate.compute_reward_gate``) stores this weight as ``mopd_kl_mask``
+    for the whole step batch: ``N_tokens`` (response tokens of the real samples) over ``N_counted``
+    turns verl's all-token denominator into the counted-token one. Exact when the step is one
+    mini-batch; :func:`gated_k3` divides the weight out again for its metrics.
+
+    Args:
+        kl_mask_B: (bs,) the gate (1 on, 0 off).
+        response_mask_BT: (bs, response_len) 1 on response tokens.
+        kl_start_B: optional (bs,) thought window starts.
+        real_B: optional (bs,) bool, False for verl's batch padding rows (whose gate is 0).
+
+    Returns:
+        (bs,) the weighted gate, same dtype as ``kl_mask_B``; all 0 when no token counts.
+    """
+    response_BT = response_mask_BT.bool()
+    real_B = torch.ones(len(kl_mask_B), dtype=torch.bool) if real_B is None else real_B
+    n_tokens = (response_BT.sum(-1) * real_B.to(response_BT.device)).sum().float()
+    n_counted = counted_tokens(response_BT, kl_mask_B, kl_start_B).sum().float()
+    return kl_mask_B * (n_tokens / n_counted) if n_counted > 0 else torch.zeros_like(kl_mask_B)
+
+
+def k3_metrics(k3_sum_B: torch.Tensor, tokens_B: torch.Tensor, on_B: torch.Tensor, *,
+               with_k3_mean: bool = True) -> dict[str, torch.Tensor]:
+    """The loss's metrics, from per-sample sums (0-dim tensors; names as logged).
+
+    Args:
+        k3_sum_B: (bs,) sum of K3 times the token weight (rollout IS weight, 1 without) over the
+            sample's window tokens, without the gate's value.
+        tokens_B: (bs,) the sample's window tokens (response tokens at positions ``>= kl_start``).
+        on_B: (bs,) bool, the sample's KL is on.
+        with_k3_mean: also ``mopd/k3_mean``, over every sample (only where every sample has real
+            teacher log-probs: on the verl path a gated-off sample's are a stand-in).
+
+    Returns:
+        ``mopd/k3_mean_kl_on`` (``k3_sum_kl_on / kl_on_tokens``), ``mopd/kl_mask_on_fraction``
+        (1.0 for no sample), the sums ``mopd/k3_sum_kl_on``, ``mopd/kl_on_tokens`` and
+        ``mopd/kl_on_samples`` over the KL-on samples, and ``mopd/k3_mean`` (``with_k3_mean``).
+        How verl aggregates each: :data:`K3_METRIC_AGGREGATION`.
+    """
+    on_B = on_B.float()
+    k3_sum_kl_on = (k3_sum_B * on_B).sum()
+    kl_on_tokens = (tokens_B * on_B).sum()
+    stats = {
+        "mopd/k3_mean_kl_on": k3_sum_kl_on / kl_on_tokens.clamp_min(1),
+        "mopd/kl_mask_on_fraction": on_B.mean() if on_B.numel() else on_B.new_ones(()),
+        "mopd/k3_sum_kl_on": k3_sum_kl_on,
+        "mopd/kl_on_tokens": kl_on_tokens,
+        "mopd/kl_on_samples": on_B.sum(),
+    }
+    if with_k3_mean:
+        stats["mopd/k3_mean"] = k3_sum_B.sum() / tokens_B.sum().clamp_min(1)
+    return stats
+
+
+def gated_k3(
+    student_logp_BT: torch.Tensor,
+    teacher_logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    kl_mask_B: torch.Tensor | None = None,
+    kl_start_B: torch.Tensor | None = None,
+    token_weight_BT: torch.Tensor | None = None,
+    *,
+    linear_above: float = K3_LINEAR_ABOVE,
+    clamp_below: float = K3_CLAMP_BELOW,
+    every_sample_scored: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token MOPD loss, gated and windowed, with the tokens it counts and its metrics.
+
+    ``k3_BT = K3(teacher - student) * kl_mask_B * [pos >= kl_start_B] * token_weight_BT``.
+
+    Args:
+        student_logp_BT: (bs, response_len) log p_S of the sampled tokens; differentiable.
+        teacher_logp_BT: (bs, response_len) log p_T of the same tokens.
+        response_mask_BT: (bs, response_len) 1 on response tokens.
+        kl_mask_B: optional (bs,) or (bs, 1) gate (:func:`reward_gate`; 1 on, 0 off; on the verl
+            path possibly times the constant :func:`kept_kl_mask` weight); None: KL on for all.
+        kl_start_B: optional (bs,) first position of the KL window (:func:`thought_end_index`).
+        token_weight_BT: optional (bs, response_len) weight per token (verl's
+            ``rollout_is_weights``), in the loss and in the metrics.
+        linear_above, clamp_below: see :func:`k3_kl`.
+        every_sample_scored: True where every sample has real teacher log-probs (the pure path):
+            K3 is computed for gated-off samples too, for ``mopd/k3_mean``, and the gate multiplies
+            it afterwards. False (the verl path, where a gated-off sample may carry stand-in
+            log-probs): the gate is applied inside the K3 op, in place.
+
+    Returns:
+        ``(k3_BT, counted_BT, stats)``: the per-token loss (gated-off samples and tokens before the
+        window exactly 0, with exactly 0 gradient; aggregate it over ``response_mask_BT`` for
+        ``normalization="all"``), the bool :func:`counted_tokens` (aggregate over them for
+        ``"kept"``), and :func:`k3_metrics` as 0-dim tensors.
+    """
+    if student_logp_BT.dim() != 2:
+        raise ValueError(f"student_log_probs has shape {tuple(student_logp_BT.shape)}; expected (bs, response_len)")
+    bs = student_logp_BT.shape[0]
+    if response_mask_BT.shape != student_logp_BT.shape:
+        raise ValueError(
+            f"response_mask has shape {tuple(response_mask_BT.shape)}; expected {tuple(student_logp_BT.shape)} "
+            "(bs, response_len), as student_log_probs"
+        )
+    if kl_mask_B is not None:
+        _check_per_sample("kl_mask", kl_mask_B, bs, f" (the batch key {KL_MASK_KEY} on the verl path)")
+        kl_mask_B = kl_mask_B.detach().reshape(-1)
+    if kl_start_B is not None and tuple(kl_start_B.shape) != (bs,):
+        raise ValueError(
+            f"kl_start_index has shape {tuple(kl_start_B.shape)}; expected ({bs},), one index per sample "
+            f"(the batch key {KL_START_KEY} on the verl path)"
+        )
+    response_BT = response_mask_BT.bool()
+    counted_BT = counted_tokens(response_BT, kl_mask_B, kl_start_B)
+    weight_BT = None  # the per-token factor after the gate: the window, times the IS weights
+    if kl_start_B is not None:
+        weight_BT = _thought_window_BT(kl_start_B, student_logp_BT.shape, student_logp_BT.device)
+    if token_weight_BT is not None:
+        weight_BT = token_weight_BT if weight_BT is None else token_weight_BT * weight_BT
+
+    k3_kwargs = {"linear_above": linear_above, "clamp_below": clamp_below, "token_mask": counted_BT}
+    if every_sample_scored:
+        k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, **k3_kwargs)
+        if weight_BT is not None:
+            k3_BT = k3_BT * weight_BT
+        with torch.no_grad():
+            k3_sum_B = (k3_BT * response_BT).sum(-1)
+        if kl_mask_B is not None:
+            k3_BT = k3_BT * kl_mask_B.to(student_logp_BT.dtype).reshape(-1, 1)
+    else:
+        k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, kl_mask=kl_mask_B, **k3_kwargs)
+        if weight_BT is not None:
+            k3_BT = k3_BT * weight_BT
+        with torch.no_grad():
+            k3_sum_B = (k3_BT * response_BT).sum(-1)
+            if kl_mask_B is not None:  # the gate's value (a "kept" weight) divided out again
+                k3_sum_B = k3_sum_B / torch.where(kl_mask_B > 0, kl_mask_B, torch.ones_like(kl_mask_B))
+    with torch.no_grad():
+        window_BT = counted_tokens(response_BT, None, kl_start_B)
+        on_B = torch.ones(bs, dtype=torch.bool, device=response_BT.device) if kl_mask_B is None else kl_mask_B > 0
+        stats = k3_metrics(k3_sum_B, window_BT.sum(-1), on_B, with_k3_mean=every_sample_scored)
+    return k3_BT, counted_BT, stats
 
 
 def mopd_kl_loss(
@@ -249,12 +460,13 @@ def mopd_kl_loss(
     loss_agg_mode: str = "token-mean",
     *,
     kl_start_index: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     normalization: str = "all",
     linear_above: float = K3_LINEAR_ABOVE,
     clamp_below: float = K3_CLAMP_BELOW,
     **global_batch_info: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Aggregated, gated K3 loss ``L_MOPD`` and its metrics.
+    """Aggregated, gated K3 loss ``L_MOPD`` and its metrics: :func:`gated_k3` plus verl's ``agg_loss``.
 
     Args:
         student_log_probs: (bs, response_len), differentiable.
@@ -266,67 +478,44 @@ def mopd_kl_loss(
             "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm").
         kl_start_index: optional (bs,) from :func:`thought_end_index`: KL only on positions
             ``>= index`` (the public release's ``kl_skip_thought``).
-        normalization: how gated-off samples count in the mean. ``"all"``: as zeros (the
+        rollout_is_weights: optional (bs, response_len) weight per token (verl's rollout
+            correction weights, as ``use_rollout_is_weights`` on the verl path).
+        normalization: how tokens without KL count in the mean. ``"all"``: as zeros (the
             denominator is every response token, exactly as verl aggregates); ``"kept"``: they are
-            excluded (the denominator is the kept tokens / kept sequences only).
+            excluded (the denominator is the counted tokens, :func:`counted_tokens`: those of
+            samples whose KL is on, inside the thought window).
         linear_above, clamp_below: see :func:`k3_kl`.
         **global_batch_info: ``dp_size``, ``batch_num_tokens``, ``global_batch_size``,
             ``loss_scale_factor`` passed through to verl's ``agg_loss``. With ``"kept"``, they must
-            describe the kept tokens (verl's engines count all tokens; see
-            ``verl_mopd.trainer.gate`` for how the verl path realizes "kept").
+            describe the counted tokens (verl's engines count all tokens; :func:`kept_kl_mask` is
+            how the verl path realizes "kept").
 
     Returns:
-        ``(loss, metrics)``: the scalar loss, and floats ``mopd/k3_mean`` (all response tokens,
-        ungated), ``mopd/k3_mean_kl_on`` (tokens of samples whose KL is on), and
-        ``mopd/kl_mask_on_fraction`` (fraction of samples with the KL on).
+        ``(loss, metrics)``: the scalar loss, and :func:`k3_metrics` as floats: ``mopd/k3_mean``
+        (every sample's window tokens, ungated), ``mopd/k3_mean_kl_on`` (window tokens of samples
+        whose KL is on), ``mopd/kl_mask_on_fraction`` (fraction of samples with the KL on) and the
+        sums ``mopd/k3_sum_kl_on``, ``mopd/kl_on_tokens``, ``mopd/kl_on_samples``. K3 is weighted
+        by ``rollout_is_weights`` in all of them.
     """
     from verl.trainer.ppo.core_algos import agg_loss
 
     if normalization not in ("all", "kept"):
         raise ValueError(f"normalization must be 'all' or 'kept', got {normalization!r}")
-    if student_log_probs.dim() != 2:
-        raise ValueError(f"student_log_probs has shape {tuple(student_log_probs.shape)}; expected (bs, response_len)")
-    bs = student_log_probs.shape[0]
-    if response_mask.shape != student_log_probs.shape:
-        raise ValueError(
-            f"response_mask has shape {tuple(response_mask.shape)}; expected {tuple(student_log_probs.shape)} "
-            "(bs, response_len), as student_log_probs"
-        )
-    if kl_mask is not None:
-        _check_per_sample("kl_mask", kl_mask, bs)
-    if kl_start_index is not None and tuple(kl_start_index.shape) != (bs,):
-        raise ValueError(f"kl_start_index has shape {tuple(kl_start_index.shape)}; expected ({bs},), one index per sample")
-    mask = response_mask.to(student_log_probs.dtype)
-    if kl_start_index is not None:
-        mask = mask * _window_mask(kl_start_index, mask.shape, mask.device)
-    gate = None if kl_mask is None else kl_mask.detach().to(student_log_probs.dtype).reshape(-1, 1)
-
-    counted = mask if gate is None else mask * (gate != 0)
-    k3 = k3_kl(
-        student_log_probs, teacher_log_probs, linear_above=linear_above, clamp_below=clamp_below, token_mask=counted
+    k3_BT, counted_BT, stats = gated_k3(
+        student_log_probs, teacher_log_probs, response_mask, kl_mask, kl_start_index, rollout_is_weights,
+        linear_above=linear_above, clamp_below=clamp_below, every_sample_scored=True,
     )
-    with torch.no_grad():
-        row_sum = (k3 * mask).sum(-1)
-        row_tokens = mask.sum(-1)
-        on = torch.ones_like(row_sum) if gate is None else gate.squeeze(-1)
-        metrics = {
-            "mopd/k3_mean": (row_sum.sum() / row_tokens.sum().clamp_min(1)).item(),
-            "mopd/k3_mean_kl_on": ((row_sum * on).sum() / (row_tokens * on).sum().clamp_min(1)).item(),
-            "mopd/kl_mask_on_fraction": on.mean().item() if len(on) else 1.0,
-        }
-    if gate is not None:
-        if normalization == "kept":
-            mask = mask * gate
-        k3 = k3 * gate
-    if _nothing_counts(mask, loss_agg_mode, global_batch_info):
+    metrics = {name: value.item() for name, value in stats.items()}
+    loss_mask_BT = (counted_BT if normalization == "kept" else response_mask).to(student_log_probs.dtype)
+    if _nothing_counts(loss_mask_BT, loss_agg_mode, global_batch_info):
         # every denominator agg_loss could use is 0 (empty batch, all masked, all gated with
         # "kept"): the mean of nothing is 0 here, with a zero gradient, instead of 0/0 = NaN
-        return (k3 * mask).sum(), metrics
-    loss = agg_loss(loss_mat=k3, loss_mask=mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+        return (k3_BT * loss_mask_BT).sum(), metrics
+    loss = agg_loss(loss_mat=k3_BT, loss_mask=loss_mask_BT, loss_agg_mode=loss_agg_mode, **global_batch_info)
     return loss, metrics
 
 
-def _nothing_counts(mask: torch.Tensor, loss_agg_mode: str, global_batch_info: dict[str, Any]) -> bool:
+def _nothing_counts(mask_BT: torch.Tensor, loss_agg_mode: str, global_batch_info: dict[str, Any]) -> bool:
     """Whether ``agg_loss`` would divide by zero: no counted token (or sequence) in its denominator."""
     if loss_agg_mode == "token-sum":
         return False
@@ -334,50 +523,39 @@ def _nothing_counts(mask: torch.Tensor, loss_agg_mode: str, global_batch_info: d
     given = global_batch_info.get(key)
     if given is not None:
         return float(given) == 0
-    return mask.numel() == 0 or not bool(mask.any())
+    return mask_BT.numel() == 0 or not bool(mask_BT.any())
 
 
 # ----------------------------------------------------------------------------------------------
 # verl adapter: the per-token loss behind ``distillation.distillation_loss.loss_mode=mopd_k3``.
-# Registered by :func:`register_loss` (below; ``verl_mopd.plugin.register()`` calls it); verl's ``distillation_loss`` aggregates what it
-# returns with ``agg_loss`` over ``response_mask`` and ``distillation_ppo_loss`` adds
-# ``distillation_loss_coef`` (beta) times it to the PG loss, on the FSDP and Megatron engines alike.
+# Registered by :func:`register_loss` (below; ``verl_mopd.plugin.register()`` calls it); verl's
+# ``distillation_loss`` aggregates what it returns with ``agg_loss`` over ``response_mask`` and
+# ``distillation_ppo_loss`` adds ``distillation_loss_coef`` (beta) times it to the PG loss, on the
+# FSDP and Megatron engines alike.
 # ----------------------------------------------------------------------------------------------
 
-#: Per-sample batch keys written on the driver (``verl_mopd.trainer.gate``) and read here.
-KL_MASK_KEY = "mopd_kl_mask"
-KL_START_KEY = "mopd_kl_start"
-#: where the teacher group stores the teachers' log-probs of the sampled tokens (verl's name)
-TEACHER_LOGPROBS_KEY = "teacher_logprobs"
 
-
-def _padded(data, key: str) -> torch.Tensor | None:
-    if key not in data.keys():
-        return None
-    value = data[key]
-    return value.to_padded_tensor(0) if getattr(value, "is_nested", False) else value
+def _field(data, key: str) -> torch.Tensor | None:
+    return padded(data[key]) if key in data.keys() else None
 
 
 def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tuple[torch.Tensor, dict]:
-    """verl ``DistillationLossFn`` for ``loss_mode=mopd_k3``: gated, gradient-keeping K3 per token.
+    """verl ``DistillationLossFn`` for ``loss_mode=mopd_k3``: unpack verl's batch, then :func:`gated_k3`.
 
     Same inputs as verl's ``compute_distillation_loss_reverse_kl_estimator`` (student
     ``model_output["log_probs"]``, ``data["teacher_logprobs"]``, padded or nested layouts, via
     verl's ``no_padding_2_padding``), plus the optional per-sample keys ``mopd_kl_mask`` (absent =
-    KL on for all) and ``mopd_kl_start`` (thought skipping), and verl's ``rollout_is_weights``
-    when ``use_rollout_is_weights`` is set (as the public UI-MOPD release weights its KL).
+    KL on for all; with ``mopd.normalization=kept`` it holds :func:`kept_kl_mask`) and
+    ``mopd_kl_start`` (thought skipping), and verl's ``rollout_is_weights`` when
+    ``use_rollout_is_weights`` is set (as the public UI-MOPD release weights its KL).
 
     Returns:
         (bs, response_len) per-token losses (gated samples exactly 0, with exactly 0 gradient),
-        and metrics as ``verl.utils.metric.Metric`` values (logged as ``actor/...``):
-
-        - ``mopd/k3_mean_kl_on``: over this micro-batch's samples whose KL is on, the sum of K3 times
-          the token weight (the rollout-IS weight with ``use_rollout_is_weights``, the thought
-          window with ``mopd_kl_start``) divided by their counted tokens. verl aggregates it as the
-          MEAN of the per-micro-batch values (and over DP ranks), not as a token mean over the step;
-          micro-batches of padding rows only log nothing (:func:`mopd_distillation_ppo_loss`).
-        - ``mopd/kl_mask_on_fraction``: fraction of this micro-batch's samples whose KL is on, mean
-          over micro-batches.
+        and :func:`k3_metrics` (all but ``mopd/k3_mean``) as ``verl.utils.metric.Metric`` values,
+        logged as ``actor/...``. ``mopd/k3_mean_kl_on`` and ``mopd/kl_mask_on_fraction`` are per
+        micro-batch, and verl logs the MEAN of the per-micro-batch values (and over DP ranks), not
+        a token mean over the step; the SUM metrics add up to exact totals. Micro-batches of
+        padding rows only log nothing (:func:`mopd_distillation_ppo_loss`).
     """
     from verl.utils.metric import AggregationType, Metric
     from verl.workers.utils.padding import no_padding_2_padding
@@ -389,53 +567,18 @@ def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tu
             "backpropagated as a supervised loss (its gradient is that of the forward KL); set "
             "use_policy_gradient=false, or use loss_mode=k1 for the policy-gradient (reverse KL) variant."
         )
-    student = no_padding_2_padding(model_output["log_probs"], data)
-    teacher = no_padding_2_padding(data[TEACHER_LOGPROBS_KEY], data).squeeze(-1)
-    response_mask = _padded(data, "response_mask").bool()
-    if teacher.shape != student.shape:
-        raise ValueError(
-            f"teacher_logprobs {tuple(teacher.shape)} does not match the student log-probs "
-            f"{tuple(student.shape)}: mopd_k3 needs one log-prob per sampled token (not top-k)"
-        )
-
-    gate = data[KL_MASK_KEY] if KL_MASK_KEY in data.keys() else None
-    start = data[KL_START_KEY] if KL_START_KEY in data.keys() else None
-    token_weight = window = None
-    if start is not None:
-        token_weight = window = _window_mask(start, student.shape, student.device)
+    student_logp_BT = no_padding_2_padding(model_output["log_probs"], data)
+    teacher_logp_BT = no_padding_2_padding(data[TEACHER_LOGPROBS_KEY], data).squeeze(-1)
+    is_weights_BT = None
     if getattr(loss_config, "use_rollout_is_weights", False) and "rollout_is_weights" in data.keys():
-        w = _padded(data, "rollout_is_weights").to(student.dtype)
-        token_weight = w if token_weight is None else w * token_weight
-
-    k3 = k3_kl(
-        student,
-        teacher,
+        is_weights_BT = padded(data["rollout_is_weights"]).to(student_logp_BT.dtype)
+    k3_BT, _, stats = gated_k3(
+        student_logp_BT, teacher_logp_BT, padded(data["response_mask"]).bool(),
+        kl_mask_B=_field(data, KL_MASK_KEY), kl_start_B=_field(data, KL_START_KEY), token_weight_BT=is_weights_BT,
         linear_above=getattr(loss_config, "k3_linear_above", K3_LINEAR_ABOVE),
         clamp_below=getattr(loss_config, "k3_clamp_below", K3_CLAMP_BELOW),
-        gate=gate,
-        token_mask=response_mask,
     )
-    if token_weight is not None:
-        k3 = k3 * token_weight
-    with torch.no_grad():
-        weight = torch.ones(student.shape[0], device=student.device) if gate is None else gate.reshape(-1)
-        on = (weight > 0).float()
-        counted = response_mask if window is None else response_mask * window  # thought tokens skipped
-        # per sample: K3 over its counted tokens, with the constant "kept"-normalization weight the driver
-        # may have folded into mopd_kl_mask divided out again (the rollout IS weights stay in)
-        k3_on = (k3 * response_mask).sum(-1) / torch.where(on > 0, weight, torch.ones_like(weight))
-        tokens_on = counted.sum(-1) * on
-        metrics = {
-            # IS-weighted K3 per counted token of the KL-on samples (docstring)
-            "mopd/k3_mean_kl_on": Metric(AggregationType.MEAN, k3_on.sum() / tokens_on.sum().clamp_min(1e-8)),
-            "mopd/kl_mask_on_fraction": Metric(AggregationType.MEAN, on.mean()),
-            # sums over the micro-batches (per data-parallel rank, averaged over ranks): exact totals where
-            # the means above average micro-batch means
-            "mopd/k3_sum_kl_on": Metric(AggregationType.SUM, k3_on.sum()),
-            "mopd/kl_on_tokens": Metric(AggregationType.SUM, tokens_on.sum()),
-            "mopd/kl_on_samples": Metric(AggregationType.SUM, on.sum()),
-        }
-    return k3, metrics
+    return k3_BT, {name: Metric(AggregationType[K3_METRIC_AGGREGATION[name]], value) for name, value in stats.items()}
 
 
 def _response_tokens(data) -> int:

@@ -2,7 +2,7 @@
 
 No model: a simulated student answers the generated prompts (its skill differs by domain), and
 everything after that is the code the trainer runs: this example's reward, verl-mopd's gate
-(``verl_mopd.trainer.gate.compute_kl_gate``, whole GRPO groups, per-domain metrics) and router
+(``verl_mopd.trainer.gate.compute_reward_gate``, whole GRPO groups, per-domain metrics) and router
 (``verl_mopd.teachers.router``: split by the ``domain`` column, refusing values with no teacher,
 merge back in batch order), with the teachers and keys of ``recipe.yaml``.
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from verl_mopd.losses import KL_MASK_KEY
     from verl_mopd.teachers.router import merge, routing_keys, split
-    from verl_mopd.trainer.gate import compute_kl_gate
+    from verl_mopd.trainer.gate import compute_reward_gate
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default=str(HERE / "data" / "train.parquet"), help="make_data.py output")
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = pq.read_table(args.data).slice(0, args.prompts).to_pylist()
     data, _ = step_batch(rows, args.n, args.seed)
 
-    fields, metrics = compute_kl_gate(mopd, data)
+    fields, metrics = compute_reward_gate(mopd, data)
     gate = fields[KL_MASK_KEY]                                     # (bs,) per sample, from whole groups
     domains = routing_keys(data, mopd.routing_key)             # (bs,) the routing column
     routed = split(domains, known=list(teachers))              # refuses a domain without a teacher

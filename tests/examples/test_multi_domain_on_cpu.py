@@ -19,7 +19,7 @@ from tensordict import NonTensorStack, TensorDict
 from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.router import UnknownRouteError, merge, routing_keys, split
 from verl_mopd.trainer import hooks
-from verl_mopd.trainer.gate import compute_kl_gate
+from verl_mopd.trainer.gate import compute_reward_gate
 from verl_mopd.trainer.validate import compose_recipe, run_teachers, validate, validate_recipe_cli
 
 ROOT = Path(__file__).parents[2]
@@ -202,7 +202,7 @@ def test_router_and_gate_with_three_to_six_routing_values(case):
 
     # gate: float64 group means, whole groups across the batch; metrics per routing value
     cfg = MOPDConfig(tau_kl=tau, gate_metric="acc", routing_key="domain")
-    fields, metrics = compute_kl_gate(cfg, data)
+    fields, metrics = compute_reward_gate(cfg, data)
     mean = {u: np.mean([a for v, a in zip(uids, acc) if v == u], dtype=np.float64) for u in set(uids)}
     want = [float(mean[u] <= tau) for u in uids]
     assert fields["mopd_kl_mask"].tolist() == want

@@ -58,8 +58,8 @@ def test_a_wrong_shape_is_an_error_naming_the_argument(kw, message):
 
 
 def test_k3_kl_gate_and_token_mask_shapes():
-    with pytest.raises(ValueError, match=r"gate has shape \(1,\)"):
-        k3_kl(torch.zeros(2, 3), torch.zeros(2, 3), gate=torch.ones(1))
+    with pytest.raises(ValueError, match=r"kl_mask has shape \(1,\)"):
+        k3_kl(torch.zeros(2, 3), torch.zeros(2, 3), kl_mask=torch.ones(1))
     with pytest.raises(ValueError, match=r"token_mask has shape \(2, 1\)"):
         k3_kl(torch.zeros(2, 3), torch.zeros(2, 3), token_mask=torch.ones(2, 1))
 

@@ -89,9 +89,9 @@ def test_gradcheck_float64_across_all_three_regions():
     # d = teacher - student spans the clamped, exact and linear regions, away from the two kinks
     student = torch.tensor([[-0.6, -1.0, -9.0, -1.0, -0.5, -2.5]], dtype=F64)
     student = (student + 0.01 * torch.rand(student.shape, generator=g, dtype=F64)).requires_grad_(True)
-    gate = torch.tensor([[0.5]], dtype=F64)
+    kl_mask = torch.tensor([[0.5]], dtype=F64)
     assert torch.autograd.gradcheck(lambda s: k3_kl(s, teacher), (student,))
-    assert torch.autograd.gradcheck(lambda s: k3_kl(s, teacher, gate=gate), (student,))
+    assert torch.autograd.gradcheck(lambda s: k3_kl(s, teacher, kl_mask=kl_mask), (student,))
 
 
 def test_k3_on_an_empty_micro_batch():

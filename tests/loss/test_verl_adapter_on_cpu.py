@@ -20,7 +20,7 @@ from verl_mopd import losses, plugin
 from verl_mopd.config import MOPDDistillationLossConfig
 from verl_mopd.config import MOPDConfig
 from verl_mopd.losses import compute_mopd_k3, k3_kl
-from verl_mopd.trainer.gate import compute_kl_gate, write_kl_gate
+from verl_mopd.trainer.gate import compute_reward_gate, write_reward_gate
 
 BETA = 0.01
 
@@ -415,10 +415,10 @@ def _store_step(tq, n_groups=3, n=4, *, with_extras=True, seed=0):
     return tq.kv_batch_put(keys=keys, partition_id="train", fields=td, tags=[{"status": "success"}] * len(keys))
 
 
-def test_write_kl_gate_with_an_in_memory_transfer_queue():
+def test_write_reward_gate_with_an_in_memory_transfer_queue():
     tq = InMemoryTQ()
     batch = _store_step(tq)
-    metrics = write_kl_gate(batch, MOPDConfig(tau_kl=0.1, gate_metric="acc"), tq=tq)
+    metrics = write_reward_gate(batch, MOPDConfig(tau_kl=0.1, gate_metric="acc"), tq=tq)
     stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
     assert stored["mopd_kl_mask"].tolist() == [1.0] * 4 + [0.0] * 8  # means 0 | 0.25 | 1 vs tau 0.1
     assert tq.calls == ["kv_batch_put", "kv_batch_get", "kv_batch_put", "kv_batch_get"]
@@ -431,7 +431,7 @@ def test_write_kl_gate_with_an_in_memory_transfer_queue():
     assert metrics["mopd/response_length/mobile"] > 0
 
     # the task score as gate metric: group means -0.5 | -0.125 | 1.0 vs tau 0.0
-    write_kl_gate(batch, MOPDConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)
+    write_reward_gate(batch, MOPDConfig(tau_kl=0.0, gate_metric="rm_scores"), tq=tq)
     stored = tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["mopd_kl_mask"])
     assert stored["mopd_kl_mask"].tolist() == [1.0] * 8 + [0.0] * 4
 
@@ -444,26 +444,26 @@ def test_gate_kept_normalization_skip_thought_and_padding():
         select_fields=["uid", "response_mask", "responses", "extra_fields", "platform"],
     )
     cfg = MOPDConfig(tau_kl=0.1, normalization="kept", kl_skip_thought=True)
-    fields, _ = compute_kl_gate(cfg, data, think_end_token_id=99)
+    fields, _ = compute_reward_gate(cfg, data, think_end_token_id=99)
     lens = data["response_mask"].offsets().diff()
     assert fields["mopd_kl_start"].tolist() == [1] * 12
     kept_tokens = (lens[:4] - 1).sum().item()
     w = lens.sum().item() / kept_tokens
     torch.testing.assert_close(fields["mopd_kl_mask"], torch.tensor([w] * 4 + [0.0] * 8))
     with pytest.raises(ValueError, match="think_end_token"):
-        compute_kl_gate(cfg, data)
+        compute_reward_gate(cfg, data)
 
     # verl's batch padding: a padding copy of a group-0 sample must not enter group means
     data2 = tq.kv_batch_get(keys=batch.keys, partition_id="train",
                             select_fields=["uid", "response_mask", "extra_fields"])
     is_padding = [False] * 11 + [True]
-    fields, metrics = compute_kl_gate(MOPDConfig(tau_kl=0.1), data2, is_padding=is_padding)
+    fields, metrics = compute_reward_gate(MOPDConfig(tau_kl=0.1), data2, is_padding=is_padding)
     assert fields["mopd_kl_mask"][-1] == 0.0
     assert metrics["mopd/kl_mask_on_fraction"] == pytest.approx(4 / 11)
 
 
 def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
-    """N11 on the driver: ``compute_kl_gate`` with the rollout's response length finds the responses
+    """N11 on the driver: ``compute_reward_gate`` with the rollout's response length finds the responses
     that hit it without ``</think>`` and starts their KL window past their end."""
     tq = InMemoryTQ()
     batch = _store_step(tq, seed=3)
@@ -474,7 +474,7 @@ def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
     data["responses"] = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
     limit = int(lens.max())
     cfg = MOPDConfig(tau_kl=1.0, kl_skip_thought=True)
-    fields, metrics = compute_kl_gate(cfg, data, think_end_token_id=99, max_response_length=limit)
+    fields, metrics = compute_reward_gate(cfg, data, think_end_token_id=99, max_response_length=limit)
     width = int(lens.max())
     want = [width if int(n) >= limit else 0 for n in lens]
     assert fields["mopd_kl_start"].tolist() == want and width in want and 0 in want
@@ -485,6 +485,6 @@ def test_gate_errors_name_the_field():
     tq = InMemoryTQ()
     batch = _store_step(tq)
     with pytest.raises(KeyError, match="mopd.gate_metric='format_ok'"):
-        write_kl_gate(batch, MOPDConfig(gate_metric="format_ok"), tq=tq)
+        write_reward_gate(batch, MOPDConfig(gate_metric="format_ok"), tq=tq)
     with pytest.raises(ValueError, match="mopd.normalization='tokens'"):
         MOPDConfig(normalization="tokens")

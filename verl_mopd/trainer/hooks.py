@@ -42,7 +42,7 @@ Why the mode line: verl 0.9.1's ``PPOTrainer`` branches on the *name* in ``train
 registered under a name of its own would silently run with the async replay buffer.
 
 The building blocks (``mopd_config_from``, ``distillation_loss_fn``,
-``build_worker_teachers``, ``think_end_token_id``, ``score_teachers``, and ``write_kl_gate`` in
+``build_worker_teachers``, ``think_end_token_id``, ``score_teachers``, and ``write_reward_gate`` in
 ``verl_mopd.trainer.gate``) are public too, for trainers that need them apart. Nothing here holds
 state. Imports of verl and of our config are deferred to the calls: ``mopd_trainer`` imports this
 module while verl's ``verl.trainer.ppo.v1`` package finishes importing (the plugin's hook), when
@@ -132,11 +132,11 @@ def distillation_loss_fn(config: DictConfig):
     return partial(mopd_distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
 
 
-def think_end_token_id(tokenizer, gate) -> int | None:
-    """Id of ``gate.think_end_token`` in the student's tokenizer with ``kl_skip_thought``, else None."""
-    if not gate.kl_skip_thought:
+def think_end_token_id(tokenizer, mopd_config) -> int | None:
+    """Id of ``mopd_config.think_end_token`` in the student's tokenizer with ``kl_skip_thought``, else None."""
+    if not mopd_config.kl_skip_thought:
         return None
-    token = gate.think_end_token
+    token = mopd_config.think_end_token
     token_id = tokenizer.convert_tokens_to_ids(token)
     if token_id is None or token_id == getattr(tokenizer, "unk_token_id", None):
         raise ValueError(f"mopd.think_end_token={token!r} is not a single token of the student's tokenizer")
@@ -204,19 +204,20 @@ def setup_teachers_and_loss(trainer):
 # -- _compute_advantage --------------------------------------------------------------------------
 
 
-def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict[str, Any]:
+def write_gate_and_teacher_logprobs(trainer, batch, mopd_config, teachers=None) -> dict[str, Any]:
     """Per step, before verl's advantage: store the reward gate, then the worker teachers' log-probs.
 
-    1. ``write_kl_gate``: ``reward_gate`` over the whole step batch (groups by ``gate.group_key``,
-       verl's ``uid``) on ``gate.gate_metric``, stored per sample as ``mopd_kl_mask`` (and
-       ``mopd_kl_start`` with ``kl_skip_thought``) in TransferQueue, where the loss reads it.
+    1. ``write_reward_gate``: ``reward_gate`` over the whole step batch (groups by
+       ``mopd_config.group_key``, verl's ``uid``) on ``mopd_config.gate_metric``, stored per sample
+       as ``mopd_kl_mask`` (and ``mopd_kl_start`` with ``kl_skip_thought``) in TransferQueue, where
+       the loss reads it.
     2. With a teacher group: ``score_teachers`` scores the samples whose KL is on, each with the
        teacher of its routing value, and stores ``teacher_logprobs`` in verl's layout.
 
     Args:
         trainer: the verl v1 trainer (its ``tokenizer`` is read only with ``kl_skip_thought``).
         batch: verl's ``KVBatchMeta`` of the step.
-        gate: the run's ``MOPDConfig`` (:func:`mopd_config_from`).
+        mopd_config: the run's ``MOPDConfig`` (:func:`mopd_config_from`).
         teachers: the group from :func:`setup_teachers_and_loss`, or None.
 
     Returns:
@@ -224,13 +225,13 @@ def write_gate_and_teacher_logprobs(trainer, batch, gate, teachers=None) -> dict
     """
     from verl.trainer.ppo.v1 import trainer_base  # its TransferQueue client, the one verl's code uses
 
-    from verl_mopd.trainer.gate import write_kl_gate
+    from verl_mopd.trainer.gate import write_reward_gate
 
     tq = trainer_base.tq
-    token_id = think_end_token_id(trainer.tokenizer, gate) if gate.kl_skip_thought else None
+    token_id = think_end_token_id(trainer.tokenizer, mopd_config) if mopd_config.kl_skip_thought else None
     # a response of this length without </think> was cut off inside its thought: no KL on it
     limit = OmegaConf.select(trainer.config, "actor_rollout_ref.rollout.response_length") if token_id is not None else None
-    metrics = write_kl_gate(batch, gate, tq=tq, think_end_token_id=token_id, max_response_length=limit)
+    metrics = write_reward_gate(batch, mopd_config, tq=tq, think_end_token_id=token_id, max_response_length=limit)
     if teachers is not None:
         metrics.update(score_teachers(teachers, batch, tq))
     return metrics
