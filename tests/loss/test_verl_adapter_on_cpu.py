@@ -97,7 +97,9 @@ def test_after_import_runs_once_the_module_has_run_and_a_failure_warns(tmp_path,
     with pytest.warns(RuntimeWarning, match="verl-mopd plugin failed to register.*ValueError: taken"):
         import mopd_fake_b
     assert mopd_fake_b.VALUE == 1  # the failure did not break the import itself
-    assert plugin._HOOK not in sys.meta_path  # nothing pending: the finder is gone
+    assert not {"mopd_fake_a", "mopd_fake_b"} & set(plugin._HOOK.pending)  # both ran: nothing left for them
+    if not plugin._HOOK.pending:  # (other hooks, e.g. verl's v1 trainer not imported yet, may still wait)
+        assert plugin._HOOK not in sys.meta_path  # nothing pending: the finder is gone
     monkeypatch.delitem(sys.modules, "mopd_fake_a")
     monkeypatch.delitem(sys.modules, "mopd_fake_b")
 
