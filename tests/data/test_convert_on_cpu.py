@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from verl_mopd.data.clean import clean
-from verl_mopd.data.cli import main as prepare_main
+from commands import prepare as prepare_main
 from verl_mopd.data.convert import ConvertConfig, convert, split_by_trajectory
 from verl_mopd.data.fixtures import make_fixture
 from verl_mopd.data.schema import Step, Trajectory, read_jsonl

@@ -9,7 +9,7 @@ import pytest
 from _data_helpers import png, png_bytes, read_jsonl_dicts, record, write_lines
 
 from verl_mopd.data.clean import CleanConfig, check_structure, clean
-from verl_mopd.data.cli import main as prepare_main
+from commands import prepare as prepare_main
 from verl_mopd.data.images import ImageIndex, inspect_image
 from verl_mopd.data.schema import Step, Trajectory, trajectory_from_dict
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from verl_mopd.eval.cli import main as eval_main
+from commands import eval_ as eval_main
 from verl_mopd.eval.merge import MergeConfig, merge_checkpoints, weight_files
 
 

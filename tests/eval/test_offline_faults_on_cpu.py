@@ -11,7 +11,7 @@ from local_http import RawServer, http_response
 
 from verl_mopd.errors import UsageError
 from verl_mopd import clients
-from verl_mopd.eval.cli import main as eval_main
+from commands import eval_ as eval_main
 from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy
 from verl_mopd.eval.offline import evaluate, load_samples, read_results
 

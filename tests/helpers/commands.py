@@ -12,3 +12,8 @@ def prepare(argv: list[str]) -> int:
 def demo(argv: list[str]) -> int:
     """``verl-mopd demo ARGV``; returns the exit code."""
     return cli.main(["demo", *argv])
+
+
+def eval_(argv: list[str]) -> int:
+    """``verl-mopd eval ARGV``; returns the exit code."""
+    return cli.main(["eval", *argv])
