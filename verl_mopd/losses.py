@@ -421,10 +421,11 @@ def gated_k3(
             f"(the batch key {KL_START_KEY} on the verl path)"
         )
     response_BT = response_mask_BT.bool()
-    counted_BT = counted_tokens(response_BT, kl_mask_B, kl_start_B)
-    weight_BT = None  # the per-token factor after the gate: the window, times the IS weights
-    if kl_start_B is not None:
-        weight_BT = _thought_window_BT(kl_start_B, student_logp_BT.shape, student_logp_BT.device)
+    thought_window_BT = (None if kl_start_B is None
+                         else _thought_window_BT(kl_start_B, student_logp_BT.shape, student_logp_BT.device))
+    window_BT = response_BT if thought_window_BT is None else response_BT & thought_window_BT
+    counted_BT = window_BT if kl_mask_B is None else window_BT & (kl_mask_B.reshape(-1, 1) > 0)  # counted_tokens
+    weight_BT = thought_window_BT  # the per-token factor after the gate: the window, times the IS weights
     if token_weight_BT is not None:
         weight_BT = token_weight_BT if weight_BT is None else token_weight_BT * weight_BT
 
@@ -446,7 +447,6 @@ def gated_k3(
             if kl_mask_B is not None:  # the gate's value (a "kept" weight) divided out again
                 k3_sum_B = k3_sum_B / torch.where(kl_mask_B > 0, kl_mask_B, torch.ones_like(kl_mask_B))
     with torch.no_grad():
-        window_BT = counted_tokens(response_BT, None, kl_start_B)
         on_B = torch.ones(bs, dtype=torch.bool, device=response_BT.device) if kl_mask_B is None else kl_mask_B > 0
         stats = k3_metrics(k3_sum_B, window_BT.sum(-1), on_B, with_k3_mean=every_sample_scored)
     return k3_BT, counted_BT, stats

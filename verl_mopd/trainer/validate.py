@@ -131,6 +131,8 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
     (``distillation.teacher_models``, ``verl_mopd.teachers.verl_loop.LoopTeacher``)."""
     from verl_mopd.teachers.verl_loop import loop_teachers
 
+    if mopd.teachers:
+        return dict(mopd.teachers)
     block = section(config, "distillation")
     distillation = None
     if block is not None:
@@ -139,14 +141,13 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a broken interpolation: verl's own conversion of the block reports it
             distillation = OmegaConf.to_container(block, resolve=False)
     trust = bool(section(config, "actor_rollout_ref.model.trust_remote_code"))
-    return {**loop_teachers(distillation, trust_remote_code=trust), **mopd.teachers}
+    return loop_teachers(distillation, trust_remote_code=trust)
 
 
 def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str]) -> None:
     from verl_mopd.teachers.config import validate_platforms, validate_temperature
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
-    loop = {v: t for v, t in run_teachers(config, mopd).items() if v not in mopd.teachers}
     if mopd.teachers and bool(section(config, "distillation.enabled")):
         problems.append(
             f"mopd.teachers {mopd.platforms} run as worker groups, and distillation.enabled=true starts verl's "
@@ -154,14 +155,15 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
             "distillation.enabled=false, or declare the teachers only in distillation.teacher_models"
         )
         return
-    if not mopd.teachers and not loop:
+    teachers = run_teachers(config, mopd)  # mopd.teachers, else verl's loop
+    loop = {} if mopd.teachers else teachers
+    if not teachers:
         problems.append(
             "no teacher: mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
             "(mopd.teachers.<platform>.model_path, backend) or verl's teacher loop (distillation.enabled=true, "
             "distillation.teacher_models)"
         )
         return
-    teachers = mopd.teachers or loop
     problems.extend(validate_temperature(section(config, "actor_rollout_ref.rollout.temperature")))
     if loop and list(loop) != [ROUTES_EVERY_SAMPLE]:
         key = section(config, "distillation.teacher_key")
