@@ -2,6 +2,8 @@
 
     python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
     python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
+    python scripts/demo_readme.py seeds [--out DIR]   # the defaults on 9 more seeds (3-11), per seed
+    python scripts/demo_readme.py bases [--out DIR]   # base seed 1's bases at base seed 0's competence
 
 ``table`` runs ``verl-mopd demo`` (as ``python -m verl_mopd.cli demo``) in a child process from a fresh folder (so the bases are
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
@@ -10,7 +12,12 @@ ratio, and the wall and CPU time of the whole process tree; it copies the run's 
 MOPD's accuracy, ``beta*|grad K3| / |grad PG|``, K3 and the KL-on fraction. Each writes the blocks
 between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints and copies nothing):
 ``table`` the README's ``demo-summary`` (the measured line, the table, the plot) and docs/demo.md's
-``demo-table`` (everything); ``sweep`` docs/demo.md's ``demo-sweep``. Timings depend on the machine's load; the block says how many cores
+``demo-table`` (everything); ``sweep`` docs/demo.md's ``demo-sweep``; ``seeds`` (one run of the
+defaults on seeds 3-11, beside the table's 0-2) docs/demo.md's ``demo-seeds`` (per seed, the
+9-seed paired differences, every window of 3 consecutive seeds) and the README's ``demo-seeds``
+(its verdict); ``bases`` docs/demo.md's ``demo-bases`` (bases of base seed 1 pretrained to the
+validation acc of the default ones, where they stop, and the verdict from them). ``seeds`` and ``bases`` read back a complete run with the same config
+from ``--out`` instead of running it again. Timings depend on the machine's load; the block says how many cores
 the machine has and its load average when the run started.
 """
 
@@ -31,6 +38,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 BETAS = (0.01, 0.1, 0.3, 0.5, 1.0)
+#: ``seeds``: the first seed and how many (the table runs seeds 0-2)
+SEEDS = (3, 9)
+#: ``bases``: the other base seeds (the table's is 0)
+BASE_SEEDS = (1,)
 #: where ``table`` puts the run's demo.png (the README shows it under the table)
 PLOT = "docs/demo.png"
 
@@ -112,14 +123,108 @@ def sweep(out: Path) -> str:
         f"defaults, {machine}). Mean ± standard error over seeds:", "", *rows])
 
 
+def _run(cfg) -> tuple[dict, float]:
+    """``(summary, wall s)`` of ``verl_mopd.demo.run(cfg)``; a complete run already in ``cfg.out`` with the
+    same config is read back instead (so a failed write-up does not cost the run again)."""
+    from dataclasses import asdict
+
+    from verl_mopd.demo.run import run
+
+    done = Path(cfg.out) / "summary.json"
+    if done.exists() and (s := json.loads(done.read_text()))["config"] == json.loads(json.dumps(asdict(cfg))):
+        print(f"reusing the complete run in {cfg.out}")
+        return s, s["wall_s"]
+    t0 = time.perf_counter()
+    s = run(cfg)
+    return s, time.perf_counter() - t0
+
+
+def _verdict(wins: list[dict]) -> str:
+    from verl_mopd.demo.report import VERDICT
+
+    held = sum(w["holds"] for w in wins)
+    names = ", ".join(f"*{m}*" for m in VERDICT[:-1]) + f" and *{VERDICT[-1]}*"
+    text = (f"MOPD is above {names} on both platforms by more than 2 paired standard errors in **{held} of "
+            f"{len(wins)}** {'window' if len(wins) == 1 else 'windows'} of 3 consecutive seeds")
+    if held == len(wins):
+        return text + "."
+    return text + "; not in " + "; ".join(
+        f"seeds {w['seeds'][0]}-{w['seeds'][-1]} ({', '.join(w['failed'])})" for w in wins if not w["holds"]) + "."
+
+
+def seeds(out: Path) -> dict[str, str]:
+    """``{block name: body}`` of one run of the defaults on the seeds ``SEEDS`` (base seed fixed)."""
+    from verl_mopd.demo.report import aggregate, difference_table, per_seed_table, windows
+    from verl_mopd.demo.run import DemoConfig
+
+    machine = _machine()
+    first, n = SEEDS
+    s, wall = _run(DemoConfig(seed=first, seeds=n, plot=False, out=str(out), bases=str(out / "bases")))
+    verdict = _verdict(windows(s["per_seed"]))
+    measured = (f"Measured by `python scripts/demo_readme.py seeds`: one run of `verl-mopd demo --seed {first} --seeds {n}` "
+                f"(the defaults and bases of the table, seeds {first}-{first + n - 1}, {wall:.0f} s wall, {machine}).")
+    full = "\n".join([
+        measured, "", "Per seed (MOPD's greedy acc, and MOPD acc minus each baseline's, desktop / mobile):", "",
+        per_seed_table(s["per_seed"]), "", f"Paired over the {n} seeds:", "", difference_table(aggregate(s["per_seed"])),
+        "", verdict])
+    short = (f"On {n} more seeds ({first}-{first + n - 1}, one run of `python scripts/demo_readme.py seeds`; per seed in "
+             f"[docs/demo.md](docs/demo.md#the-verdict-on-more-seeds)): {verdict}")
+    return {"docs/demo.md:demo-seeds": full, "README.md:demo-seeds": short}
+
+
+def bases(out: Path) -> str:
+    """The demo at its defaults (seeds 0-2) from bases of other base seeds (``BASE_SEEDS``) stopped at the
+    competence of the default ones: base seed 0's bases are pretrained their default steps with a
+    validation check at the end, and that validation acc becomes the target of the other seeds' bases."""
+    from verl_mopd.demo.report import aggregate, windows
+    from verl_mopd.demo.run import DemoConfig
+    from verl_mopd.demo.stages import pretrain_base
+
+    machine = _machine()
+    default = DemoConfig()
+    ref = DemoConfig(base_acc=1.0, teacher_base_acc=1.0, out=str(out / "base0"), bases=str(out / "base0" / "bases"))
+    target = {r: json.loads((Path(pretrain_base(ref, r)) / "pretrain.json").read_text())["val_acc"][-1][1]
+              for r in ("student", "teacher")}  # the cap's check: the default step count
+    rows = ["| base seed | student base: steps, acc (desktop / mobile) | teacher base: steps, acc | MOPD acc | "
+            "MOPD − GRPO, no KL | MOPD − weight average | MOPD − TIES | verdict |", "|---" * 8 + "|"]
+    walls = []
+    for b in BASE_SEEDS:
+        s, wall = _run(DemoConfig(base_seed=b, base_acc=target["student"], teacher_base_acc=target["teacher"],
+                                  base_steps=2 * default.base_steps, teacher_base_steps=2 * default.teacher_base_steps,
+                                  plot=False, out=str(out / f"base{b}")))
+        walls.append(f"{wall:.0f}")
+        stops = {r: json.loads((out / f"base{b}" / "bases" / r / "pretrain.json").read_text())["stopped_at"]
+                 for r in ("student", "teacher")}
+        agg = aggregate(s["per_seed"])
+        acc = {m: " / ".join(f"{agg['table'][m][p]['acc'][0]:.3f}" for p in ("desktop", "mobile"))
+               for m in ("student base", "teacher base", "MOPD student")}
+        diff = {m: " / ".join(f"{d[p]['mean']:+.3f} ± {d[p]['se']:.3f}" for p in ("desktop", "mobile"))
+                for m, d in agg["diffs"].items()}
+        w = windows(s["per_seed"])[0]
+        verdict = "holds" if w["holds"] else "not: " + ", ".join(w["failed"])
+        rows.append(f"| {b} | {stops['student']}, {acc['student base']} | {stops['teacher']}, {acc['teacher base']} | "
+                    f"{acc['MOPD student']} | {diff['GRPO, no KL']} | {diff['weight average']} | {diff['TIES']} | "
+                    f"{verdict} |")
+    head = (f"Measured by `python scripts/demo_readme.py bases`: base seed 0's bases, after their default "
+            f"{default.base_steps} / {default.teacher_base_steps} steps, score {target['student']:.3f} (student) and "
+            f"{target['teacher']:.3f} (teacher) on the validation stream; then `verl-mopd demo --base-seed B "
+            f"--base-acc {target['student']:.3f} --teacher-base-acc {target['teacher']:.3f}` (seeds 0-2, every other knob "
+            f"at its default; {', '.join(walls)} s wall, {machine}) pretrains base seed B's bases to the same competence. "
+            "Mean over the 3 seeds; the differences are paired, ± their standard error; *holds*: MOPD above *GRPO, no "
+            "KL*, *weight average* and *TIES* on both platforms by more than 2 paired standard errors:")
+    return "\n".join([head, "", *rows])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["table", "sweep"])
+    parser.add_argument("what", choices=["table", "sweep", "seeds", "bases"])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: TMPDIR/verl-mopd-demo-<what>)")
     parser.add_argument("--no-write", action="store_true", help="print the blocks, leave the documents alone")
     args = parser.parse_args(argv)
     out = (args.out or Path(tempfile.gettempdir()) / f"verl-mopd-demo-{args.what}").resolve()
-    blocks = table(out) if args.what == "table" else {"docs/demo.md:demo-sweep": sweep(out)}
+    blocks = (table(out) if args.what == "table" else seeds(out) if args.what == "seeds"
+              else {"docs/demo.md:demo-bases": bases(out)} if args.what == "bases"
+              else {"docs/demo.md:demo-sweep": sweep(out)})
     for where, body in blocks.items():
         print(f"--- {where}\n{body}")
     if not args.no_write:

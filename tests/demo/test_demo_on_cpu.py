@@ -6,6 +6,7 @@ import copy
 import json
 import math
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from commands import demo as main
 from verl_mopd.demo.models import build_model, build_tokenizer
 from verl_mopd.demo.config import BASELINES, METRIC_FIELDS, MODELS, DemoConfig
-from verl_mopd.demo.report import aggregate
+from verl_mopd.demo.report import aggregate, per_seed_table, windows
 from verl_mopd.demo.run import run
 from verl_mopd.demo.stages import Policy, TeacherScorer, pretrain_base, rl_step, sft
 from verl_mopd.demo.tasks import CELL_CENTERS, HALF_CELL, INTENTS, make_task, make_tasks, mobile_frame, sample_tasks
@@ -24,7 +25,7 @@ from verl_mopd.errors import UsageError
 from verl_mopd.rewards import compute_score
 
 TINY = dict(seeds=2, steps=2, teacher_base_steps=2, base_steps=2, sft_desktop=8, sft_mobile=4, teacher_steps=1,
-            prompts_per_step=4, rollout_n=2, sft_batch=8, eval_tasks=4, max_new_tokens=26, log_every=1)
+            prompts_per_step=4, rollout_n=2, sft_batch=8, eval_tasks=4, max_new_tokens=26, log_every=1, base_val_tasks=2)
 
 
 def test_tasks_are_seeded_balanced_and_skip_excluded_prompts():
@@ -112,6 +113,36 @@ def test_aggregate_mean_standard_error_and_paired_verdicts():
     assert d["verdict"] == ("above" if d["mean"] > 2 * d["se"] else "below" if d["mean"] < -2 * d["se"] else "tie")
 
 
+def test_windows_of_consecutive_seeds_and_the_per_seed_table():
+    """Each window of 3 consecutive seeds holds iff MOPD is above every verdict baseline on both platforms."""
+    rng = np.random.default_rng(1)
+    runs = []
+    for i in range(5):
+        r = {m: {p: float(rng.uniform(0.3, 0.5)) for p in ("desktop", "mobile")} for m in MODELS}
+        r["MOPD student"] = {"desktop": 0.9 + 0.01 * i, "mobile": 0.8 + 0.01 * (i % 2)}
+        runs.append(r)
+    runs[3]["TIES"]["mobile"] = 0.95  # seed 13: TIES above MOPD on mobile
+    per_seed = [_fake_seed(10 + i, r) for i, r in enumerate(runs)]
+    wins = windows(per_seed)
+    assert [w["seeds"] for w in wins] == [[10, 11, 12], [11, 12, 13], [12, 13, 14]]
+    assert [w["holds"] for w in wins] == [True, False, False]
+    assert wins[0]["failed"] == [] and all(f.startswith("TIES mobile ") and f.endswith("(tie)") for f in wins[1]["failed"])
+    assert len(wins[1]["failed"]) == 1
+    # the window's verdicts are aggregate()'s over exactly those seeds
+    d = aggregate(per_seed[1:4])["diffs"]["TIES"]["mobile"]
+    assert f"{d['mean']:+.3f} ± {d['se']:.3f}" in wins[1]["failed"][0]
+    assert windows(per_seed[:2]) == [] and len(windows(per_seed, n=5)) == 1
+    with pytest.raises(ValueError, match="n=1"):
+        windows(per_seed, n=1)
+    table = per_seed_table(per_seed).splitlines()
+    assert table[0] == ("| seed | MOPD acc | MOPD − GRPO, no KL | MOPD − weight average | MOPD − TIES | "
+                        "MOPD − mixed SFT |") and len(table) == 2 + 5
+    e = runs[3]
+    assert table[5].startswith(f"| 13 | {e['MOPD student']['desktop']:.3f} / {e['MOPD student']['mobile']:.3f} | ")
+    assert table[5].split(" | ")[4] == (f"{e['MOPD student']['desktop'] - e['TIES']['desktop']:+.3f} / "
+                                        f"{e['MOPD student']['mobile'] - 0.95:+.3f}")
+
+
 def test_grad_ratio_is_beta_times_the_k3_over_the_pg_gradient_norm(tmp_path):
     """``grad_ratio`` = |g_total - g_PG| / |g_PG| from one real MOPD step: linear in beta (same
     rollouts by common random numbers), and 0 at beta 0 where distillation_ppo_loss = ppo_loss."""
@@ -145,13 +176,18 @@ def _check_outputs(summary, out, cfg, runs):
         assert {"teachers", "mopd", "evals"} <= set(s["stage_s"]) and s["cpu_s"] > 0
         assert s["sft_sizes"] == {"desktop": cfg.sft_desktop, "mobile": cfg.sft_mobile}
         # mixed SFT on the stage-1 budget: as many SFT steps as the two teachers together (unless set)
+        # and each single-platform SFT of the student base as many as its platform's teacher
         assert s["sft_steps"] == ({"teacher:desktop": cfg.teacher_steps, "teacher:mobile": cfg.teacher_steps}
-                                  | ({"mixed SFT": cfg.mixed_sft_steps or 2 * cfg.teacher_steps} if cfg.baselines else {}))
+                                  | ({"mixed SFT": cfg.mixed_sft_steps or 2 * cfg.teacher_steps,
+                                      "desktop SFT": cfg.teacher_steps, "mobile SFT": cfg.teacher_steps}
+                                     if cfg.baselines else {}))
         for p in ("desktop", "mobile"):
             assert (out / f"seed{s['seed']}" / "teachers" / p / "config.json").exists()
+            assert (out / f"seed{s['seed']}" / "sft" / p / "config.json").exists() == cfg.baselines
         expected = [m for m in MODELS if cfg.baselines or m not in BASELINES or m == "student base"]
         assert list(s["eval"]) == [m for m in ["teacher:desktop", "teacher:mobile", "teacher base", "MOPD student",
-                                               "student base", "GRPO, no KL", "mixed SFT", "weight average", "TIES"]
+                                               "student base", "GRPO, no KL", "mixed SFT", "desktop SFT", "mobile SFT",
+                                               "weight average", "TIES"]
                                    if m in expected]
         for e in s["eval"].values():
             for p in ("desktop", "mobile"):
@@ -208,6 +244,56 @@ def test_short_multi_seed_demo_through_the_cli(tmp_path, capfd):
     assert not list((tmp_path / "bases").glob(".*partial*"))  # the save went through a renamed folder
 
 
+def test_bases_stop_at_the_first_check_that_reaches_their_target(tmp_path, monkeypatch):
+    """Competence, not a step count: the base is the fixed-step base of the step it first reaches the target."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_mopd.demo import stages
+
+    seen = []
+
+    def scripted(accs):
+        it = iter(accs)
+
+        def val_acc(policy, tasks, max_new_tokens):
+            seen.append(len(tasks))
+            return next(it)
+        return val_acc
+
+    knobs = TINY | {"base_steps": 20, "base_acc": 0.5, "base_check_every": 2, "base_val_tasks": 3}
+    monkeypatch.setattr(stages, "_val_acc", scripted([0.1, 0.4, 0.3, 0.6, 0.9]))
+    lines = []
+    path = Path(pretrain_base(DemoConfig(**knobs, out=str(tmp_path / "a")), "student", log=lines.append))
+    record = json.loads((path / "pretrain.json").read_text())
+    assert (record["stopped_at"], record["reached"]) == (8, True)
+    assert record["val_acc"] == [[2, 0.1], [4, 0.4], [6, 0.3], [8, 0.6]] and seen == [6] * 4  # 3 per platform
+    assert "8 steps, validation acc 0.600 >= its target 0.5" in lines[-1]
+    fixed = Path(pretrain_base(DemoConfig(**TINY | {"base_steps": 8, "base_acc": 0.0}, out=str(tmp_path / "b")), "student"))
+    assert json.loads((fixed / "pretrain.json").read_text())["val_acc"] == []  # target 0: no check
+    a, b = (AutoModelForCausalLM.from_pretrained(str(p)).state_dict() for p in (path, fixed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # never reached: the step count is the cap, and the log says so
+    monkeypatch.setattr(stages, "_val_acc", scripted([0.1] * 3))
+    knobs |= {"base_steps": 5}
+    path = Path(pretrain_base(DemoConfig(**knobs, out=str(tmp_path / "c")), "student", log=lines.append))
+    record = json.loads((path / "pretrain.json").read_text())
+    assert (record["stopped_at"], record["reached"], record["val_acc"]) == (5, False, [[2, 0.1], [4, 0.1], [5, 0.1]])
+    assert "validation acc 0.100 < its target 0.5 at the cap of 5" in lines[-1]
+    # the target is part of the cache's stamp: another target never reuses (or overwrites) this base
+    with pytest.raises(UsageError, match=r"base_acc/teacher_base_acc: 0.5 there, 0.6 now"):
+        pretrain_base(DemoConfig(**knobs | {"base_acc": 0.6}, out=str(tmp_path / "c")), "student")
+
+
+def test_base_validation_set_is_fresh_balanced_and_disjoint_from_the_eval_set():
+    from verl_mopd.demo.stages import base_val_set, eval_set
+
+    cfg = DemoConfig(base_val_tasks=40, eval_tasks=64)
+    val = base_val_set(cfg)
+    assert len(val) == 80 and [t.platform for t in val] == ["desktop", "mobile"] * 40
+    assert not {t.prompt for t in val} & {t.prompt for t in eval_set(64)}
+    assert val != base_val_set(DemoConfig(base_val_tasks=40, eval_tasks=64, base_seed=1))
+
+
 def test_short_demo_with_the_ray_teacher_group(tmp_path):
     cfg = DemoConfig(**TINY | {"seeds": 1}, teachers="ray", baselines=False, plot=False, out=str(tmp_path))
     _check_outputs(run(cfg), tmp_path, cfg, runs=("mopd",))
@@ -227,12 +313,29 @@ def test_mixed_sft_budget_is_the_stage1_budget_unless_set():
     assert DemoConfig(**vars(args)).mixed_steps == 250
 
 
+def test_every_model_size_is_a_cli_choice_and_builds_smaller_to_larger():
+    from verl_mopd.demo.cli import add_demo_arguments
+    from verl_mopd.demo.config import SIZES
+
+    parser = add_demo_arguments(argparse.ArgumentParser())
+    tok = build_tokenizer()
+    weights = []
+    for size in SIZES:
+        args = parser.parse_args([f"--size={size}", f"--teacher-size={size}"])
+        assert DemoConfig(**vars(args)).size == size
+        weights.append(sum(p.numel() for p in build_model(tok, size, seed=0).parameters()))
+    assert weights == sorted(weights) and len(set(weights)) == len(weights), dict(zip(SIZES, weights))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--size=huge"])
+
+
 def test_bad_config_names_the_field():
     for kwargs, match in ((dict(rollout_n=1), "demo.rollout_n=1"), (dict(teachers="gpu"), "demo.teachers='gpu'"),
                           (dict(teacher_size="huge"), "demo.teacher_size='huge'"), (dict(seeds=0), "demo.seeds=0"),
                           (dict(beta=-1.0), "demo.beta=-1.0"), (dict(rl_lr=0.0), "demo.rl_lr=0.0"),
                           (dict(pretrain_mobile_share=2.0), "demo.pretrain_mobile_share=2.0"),
                           (dict(mixed_sft_steps=-1), "demo.mixed_sft_steps=-1"),
+                          (dict(base_acc=1.5), "demo.base_acc=1.5"), (dict(base_check_every=0), "demo.base_check_every=0"),
                           (dict(teachers="ray", workers=3), "demo.workers=3 with teachers='ray'")):
         with pytest.raises(ValueError, match=match.replace("(", r"\(")):
             DemoConfig(**kwargs)

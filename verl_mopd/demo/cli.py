@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from dataclasses import fields
 
-from verl_mopd.demo.config import DemoConfig
+from verl_mopd.demo.config import SIZES, DemoConfig
 from verl_mopd.errors import UsageError
 
 _HELP = {
@@ -14,8 +14,12 @@ _HELP = {
     "seed": "first seed",
     "base_seed": "seed of the two pretrained bases (fixed across seeds, like downloaded checkpoints)",
     "pretrain_mobile_share": "mobile share of the bases' pretraining mix",
-    "teacher_base_steps": "pretraining steps of the shared teacher base",
-    "base_steps": "pretraining steps of the student base",
+    "teacher_base_steps": "pretraining steps of the shared teacher base (the cap, with --teacher-base-acc)",
+    "base_steps": "pretraining steps of the student base (the cap, with --base-acc)",
+    "teacher_base_acc": "pretrain the teacher base until its validation acc reaches this (0: teacher-base-steps)",
+    "base_acc": "pretrain the student base until its validation acc reaches this (0: base-steps)",
+    "base_check_every": "pretraining steps between the bases' validation checks",
+    "base_val_tasks": "validation tasks per platform of the bases' competence check",
     "sft_desktop": "size of the finite desktop stage-1 corpus",
     "sft_mobile": "size of the finite mobile stage-1 corpus",
     "teacher_steps": "stage-1 SFT steps of each teacher on its platform's corpus",
@@ -31,8 +35,8 @@ _HELP = {
     "beta": "distillation_loss_coef of mopd_k3",
     "tau_kl": "reward gate: KL off for groups whose mean gate metric exceeds this",
     "gate_metric": "reward gate metric: acc (1 iff fully correct) or score",
-    "size": "student model size: tiny (64 hidden, 2 layers) or small (128, 3)",
-    "teacher_size": "teacher model size (tiny or small)",
+    "size": "student model size: micro (32 hidden, 2 layers), tiny (64, 2) or small (128, 3)",
+    "teacher_size": "teacher model size (micro, tiny or small)",
     "ties_density": "TIES merge: fraction of each task vector kept",
     "max_new_tokens": "generation budget per response, rollouts and evaluation (32 fits the longest action)",
     "eval_tasks": "held-out tasks per platform for the greedy comparison (same for every seed and model)",
@@ -58,7 +62,7 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
             continue
         kwargs = {"choices": ["ray", "local"]} if f.name == "teachers" else {}
         if f.name in ("size", "teacher_size"):
-            kwargs = {"choices": ["tiny", "small"]}
+            kwargs = {"choices": list(SIZES)}
         shown = f" (default: {default})" if default != "" else ""
         parser.add_argument(flag, type=type(default), default=default,
                             help=f"{_HELP.get(f.name, f.name)}{shown}", **kwargs)

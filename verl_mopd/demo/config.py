@@ -12,6 +12,7 @@ import numpy as np
 
 #: model sizes: hidden, layers, heads, kv heads
 SIZES = {
+    "micro": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1),
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2),
     "small": dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2),
 }
@@ -24,14 +25,15 @@ METRIC_FIELDS = (
 )
 #: the models every seed evaluates, in table order
 MODELS = ("teacher:desktop", "teacher:mobile", "teacher base", "student base", "MOPD student", "GRPO, no KL",
-          "mixed SFT", "weight average", "TIES")
-#: the baselines MOPD is compared with, paired per seed
-BASELINES = ("GRPO, no KL", "mixed SFT", "weight average", "TIES", "student base")
+          "mixed SFT", "desktop SFT", "mobile SFT", "weight average", "TIES")
+#: the baselines MOPD is compared with, paired per seed (``desktop SFT`` / ``mobile SFT``: the student base
+#: fine-tuned on one corpus; the weight average and TIES merge those two)
+BASELINES = ("GRPO, no KL", "mixed SFT", "desktop SFT", "mobile SFT", "weight average", "TIES", "student base")
 #: the fixed held-out eval set (the same tasks for every seed and method)
 EVAL_SEED = 999_999
 _STREAMS = {"teacher_init": 1, "student_init": 2, "teacher_base_data": 3, "student_base_data": 4,
             "sft:desktop": 5, "sft:mobile": 6, "teacher:desktop": 7, "teacher:mobile": 8, "mixed": 9,
-            "rl_prompts": 10, "rollout": 11}  # the data roles: each draws its own seeds
+            "rl_prompts": 10, "rollout": 11, "base_val": 12}  # the data roles: each draws its own seeds
 
 
 def _seed(seed: int, stream: str, step: int = 0) -> int:
@@ -47,15 +49,26 @@ class DemoConfig:
         with ``teachers=local``, 1 with ``teachers=ray``); threads: torch threads per process.
     base_seed: seed of the two pretrained bases, which every seed shares (the paper's two
         Qwen3-VL checkpoints); pretrain_mobile_share: mobile share of their pretraining mix;
-        teacher_base_steps / base_steps, teacher_pretrain_lr / pretrain_lr: their pretraining
-        (constant lr, no warm-up, decay or clip: a warm-up + decay-to-0 schedule stalls the tiny
-        base before it learns to copy coordinates).
+        teacher_pretrain_lr / pretrain_lr: their pretraining lr (constant, no warm-up, decay or
+        clip: a warm-up + decay-to-0 schedule stalls the tiny base before it learns to copy
+        coordinates). By default each base pretrains ``teacher_base_steps`` / ``base_steps`` (80:
+        part-way through learning to click, so every stage-2 method has room to improve). With a
+        target ``teacher_base_acc`` / ``base_acc`` > 0 it pretrains until it is competent instead:
+        every ``base_check_every`` steps its greedy acc on ``base_val_tasks`` fresh validation tasks
+        per platform is measured, it stops at the first check at the target or above, and the step
+        count is the cap. So another ``base_seed`` gives bases of the same competence, not of the same
+        age (``scripts/demo_readme.py bases``: base seed 1 at base seed 0's competence). The default
+        stays the step count: base seed 0 sits on a plateau of validation acc 0.67-0.70 from step 65
+        to 95, so no target both stops it at 80 and is resolved by the 128-task stream (the nearest,
+        0.70, stops it at 85, where the student base's desktop acc is 0.76, not 0.65).
     sft_desktop / sft_mobile: sizes of the finite stage-1 corpora; teacher_steps: each teacher's
         SFT steps on its corpus (passes over it, reshuffled); sft_lr: the stage-1 fine-tuning lr
         of the teachers and mixed SFT (a converged base fine-tuned at its pretraining lr can
         collapse in a few Adam steps).
     steps: stage-2 RL steps (MOPD and the no-KL GRPO baseline), ``prompts_per_step`` x
-        ``rollout_n`` rollouts each (GRPO groups of ``rollout_n``).
+        ``rollout_n`` rollouts each (GRPO groups of ``rollout_n``); 350: at 250, MOPD's mobile
+        rollout reward was still rising on every seed and its mobile acc ended at 0.81-0.90 on 4
+        of 9 seeds (the portrait frame is the slower skill); at 350 it is at 0.89-1.00 on all 9.
     mixed_sft_steps: SFT steps of the mixed-SFT baseline on the union of the corpora (``sft_batch``
         samples at ``sft_lr``); 0 = the stage-1 budget, ``2 * teacher_steps`` (as many samples as
         the two teachers together), which is the paper's baseline: the stage-1 recipe on the
@@ -76,10 +89,14 @@ class DemoConfig:
     pretrain_mobile_share: float = 0.6
     teacher_base_steps: int = 80
     base_steps: int = 80
+    teacher_base_acc: float = 0.0
+    base_acc: float = 0.0
+    base_check_every: int = 5
+    base_val_tasks: int = 128
     sft_desktop: int = 128
     sft_mobile: int = 64
     teacher_steps: int = 20
-    steps: int = 250
+    steps: int = 350
     mixed_sft_steps: int = 0
     prompts_per_step: int = 16
     rollout_n: int = 4
@@ -108,7 +125,7 @@ class DemoConfig:
     def __post_init__(self):
         for name in ("seeds", "teacher_base_steps", "base_steps", "sft_desktop", "sft_mobile", "teacher_steps", "steps",
                      "mixed_sft_steps", "prompts_per_step", "rollout_n", "sft_batch", "eval_tasks", "max_new_tokens",
-                     "threads", "log_every", "workers", "seed", "base_seed"):
+                     "threads", "log_every", "workers", "seed", "base_seed", "base_check_every", "base_val_tasks"):
             v = getattr(self, name)
             low = 0 if name.endswith("steps") or name in ("workers", "seed", "base_seed") else 1
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
@@ -132,6 +149,10 @@ class DemoConfig:
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name.endswith("lr") and v == 0):
                 raise ValueError(f"demo.{name}={v!r}: must be a finite number "
                                  f"{'> 0' if name.endswith('lr') else '>= 0'}")
+        for name in ("teacher_base_acc", "base_acc"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0.0 <= v <= 1.0:
+                raise ValueError(f"demo.{name}={v!r}: must be a validation acc in [0, 1] (0: stop at the step count)")
         if not 0.0 <= self.pretrain_mobile_share <= 1.0:
             raise ValueError(f"demo.pretrain_mobile_share={self.pretrain_mobile_share!r}: must be in [0, 1]")
         if not 0.0 < self.ties_density <= 1.0:

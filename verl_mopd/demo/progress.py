@@ -42,7 +42,8 @@ def stage_plan(cfg: DemoConfig, seeds: list[int], bases: tuple[str, ...] = ("tea
         plan[seed, "evals"] = 5 * ev  # the two teachers, the teacher base, MOPD, the student base
         if cfg.baselines:
             plan[seed, "grpo"] = rl + ev
-            plan[seed, "baselines"] = cfg.mixed_steps * cfg.sft_batch + 3 * ev
+            # mixed SFT, the two single-platform SFTs, their two merges: 5 evals
+            plan[seed, "baselines"] = (cfg.mixed_steps + len(PLATFORMS) * cfg.teacher_steps) * cfg.sft_batch + 5 * ev
     return plan
 
 

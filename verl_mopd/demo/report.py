@@ -60,6 +60,39 @@ def difference_table(agg: dict) -> str:
     return "\n".join(lines)
 
 
+#: the comparisons the demo's verdict rests on: MOPD above each of them on both platforms
+VERDICT = ("GRPO, no KL", "weight average", "TIES")
+
+
+def per_seed_table(per_seed: list[dict], against: tuple[str, ...] = (*VERDICT, "mixed SFT")) -> str:
+    """One row per seed: MOPD's acc, and MOPD acc - X for each X in ``against``, each cell
+    ``desktop / mobile``, markdown."""
+    lines = ["| seed | MOPD acc | " + " | ".join(f"MOPD − {m}" for m in against) + " |",
+             "|---" * (len(against) + 2) + "|"]
+    for s in per_seed:
+        e = s["eval"]
+        mopd = e["MOPD student"]
+        lines.append(f"| {s['seed']} | " + " / ".join(f"{mopd[p]['acc']:.3f}" for p in PLATFORMS) + " | " + " | ".join(
+            " / ".join(f"{mopd[p]['acc'] - e[m][p]['acc']:+.3f}" for p in PLATFORMS) for m in against) + " |")
+    return "\n".join(lines)
+
+
+def windows(per_seed: list[dict], against: tuple[str, ...] = VERDICT, n: int = 3) -> list[dict]:
+    """Every run of ``n`` consecutive seeds of ``per_seed`` (in its order): ``{"seeds", "holds", "failed"}``,
+    where ``holds`` says MOPD is above every model of ``against`` on both platforms by more than 2
+    paired standard errors over those seeds, and ``failed`` lists the comparisons that are not
+    (``"TIES mobile +0.023 ± 0.014 (tie)"``)."""
+    if n < 2:
+        raise ValueError(f"n={n}: a paired standard error needs at least 2 seeds")
+    out = []
+    for i in range(len(per_seed) - n + 1):
+        diffs = aggregate(per_seed[i:i + n])["diffs"]
+        failed = [f"{m} {p} {_pm((d['mean'], d['se']), '+.3f')} ({d['verdict']})"
+                  for m in against for p in PLATFORMS if (d := diffs[m][p])["verdict"] != "above"]
+        out.append({"seeds": [s["seed"] for s in per_seed[i:i + n]], "holds": not failed, "failed": failed})
+    return out
+
+
 def _plot(records: list[dict], path: Path) -> None:
     import matplotlib
 

@@ -2,9 +2,10 @@
 
 - stage 0, the pretrained bases (the paper's Qwen3-VL-32B / -8B), shared by every seed: a
   ``teacher_size`` teacher base and a ``size`` student base, each trained from random init on
-  fresh tasks of a platform mix (``pretrain_mobile_share``) for a few steps only, so that both are
-  part-way through learning to click (the student base more so than the bigger teacher base) and
-  every stage-2 method has room to improve on both platforms;
+  fresh tasks of a platform mix (``pretrain_mobile_share``) for a few steps only (or, with a
+  target ``teacher_base_acc`` / ``base_acc``, until its greedy acc on a validation stream reaches
+  it), so that both are part-way through learning to click (the student base more so than the
+  bigger teacher base) and every stage-2 method has room to improve on both platforms;
 - stage 1 (per seed): finite, imbalanced per-platform SFT corpora (``sft_desktop`` :
   ``sft_mobile``; the paper's Uni-GUI is ~2 : 1); one teacher per platform, each fine-tuned from
   the ONE shared teacher base on its platform's corpus;
@@ -13,8 +14,9 @@
   by the reward);
 - baselines (per seed): GRPO without the KL term (same prompts and sampling seeds: common random
   numbers), mixed SFT of the student base on the union of the corpora (the stage-1 recipe: as many
-  SFT steps as the two teachers together, at their lr and batch),
-  and the weight average and TIES merge of the two teachers (``verl_mopd.eval.merge``);
+  SFT steps as the two teachers together, at their lr and batch), the two single-platform SFTs of
+  the student base (each teacher's recipe on the student base) and their weight average and TIES
+  merge (``verl_mopd.eval.merge``): the paper's merges are of its 8B single-platform SFTs;
 - greedy eval of every model on the same held-out ``eval_tasks`` tasks per platform (fixed, the
   same for every seed).
 
@@ -37,7 +39,7 @@ components a real run uses, and calls verl's functions wherever verl has one:
   TensorDict micro-batch layout verl's engines pass (nested, ``no_padding_2_padding``); the no-KL
   baseline uses verl's ``ppo_loss`` on the same batch. Each MOPD step also takes verl's
   ``ppo_loss`` gradient alone, to log ``grad_ratio = beta*|grad K3| / |grad PG|``;
-- merges: ``verl_mopd.eval.merge.merge_checkpoints`` (average; TIES over the shared teacher base).
+- merges: ``verl_mopd.eval.merge.merge_checkpoints`` (average; TIES over the student base).
 
 One optimizer step per rollout batch (on-policy: ``old_log_probs`` are the current policy's), one
 micro-batch: a demonstration and an integration test, not a second trainer.
@@ -153,9 +155,10 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print, repor
     timed("evals", t0)
 
     if cfg.baselines:
-        grpo_records, sft_steps["mixed SFT"] = run_baselines(cfg, seed, bases, corpora, paths, prompts, root, tok,
-                                                             ev, timed, log)
+        grpo_records, baseline_steps = run_baselines(cfg, seed, bases, corpora, prompts, root, tok,
+                                                     ev, timed, log)
         records += grpo_records
+        sft_steps |= baseline_steps
 
     return {"seed": seed, "eval": evals, "records": records, "teacher_queries": queries, "stage_s": stage_s,
             "sft_sizes": {p: len(c) for p, c in corpora.items()}, "sft_steps": sft_steps,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verl_mopd.demo.config import EVAL_SEED, PLATFORMS, DemoConfig, _seed
+from verl_mopd.demo.config import EVAL_SEED, PLATFORMS, DemoConfig, _plural, _seed
 from verl_mopd.demo.models import build_model, build_tokenizer
 from verl_mopd.demo.tasks import INTENTS, Task, make_tasks, sample_tasks
 from verl_mopd.errors import UsageError
@@ -363,24 +363,40 @@ def eval_set(n_per_platform: int) -> list[Task]:
     return make_tasks(2 * n_per_platform, seed=EVAL_SEED)
 
 
+def base_val_set(cfg: DemoConfig) -> list[Task]:
+    """The bases' validation stream: ``base_val_tasks`` fresh tasks per platform (alternating) of the
+    base seed, disjoint from the held-out eval set."""
+    held = frozenset(t.prompt for t in eval_set(cfg.eval_tasks))
+    return make_tasks(2 * cfg.base_val_tasks, _seed(cfg.base_seed, "base_val"), exclude=held)
+
+
+def _val_acc(policy: Policy, tasks: list[Task], max_new_tokens: int) -> float:
+    """Greedy acc on ``tasks``, both platforms together; leaves the model in train mode."""
+    e = evaluate(policy, tasks, max_new_tokens)
+    policy.model.train()
+    return float(np.mean([e[p]["acc"] for p in PLATFORMS if p in e]))
+
+
 def _stamp(cfg: DemoConfig, role: str) -> dict:
     """What a pretrained base depends on: its knobs, the vocabulary and the first pretraining batch
     (so a change to the task definitions invalidates a cached base)."""
     size, steps = (cfg.teacher_size, cfg.teacher_base_steps) if role == "teacher" else (cfg.size, cfg.base_steps)
+    target = cfg.teacher_base_acc if role == "teacher" else cfg.base_acc
     first = sample_tasks(cfg.sft_batch, _seed(cfg.base_seed, f"{role}_base_data"), cfg.pretrain_mobile_share,
                          exclude=frozenset(t.prompt for t in eval_set(cfg.eval_tasks)))
     digest = hashlib.sha256(json.dumps([[t.prompt, t.target] for t in first]).encode()).hexdigest()[:16]
     lr = cfg.teacher_pretrain_lr if role == "teacher" else cfg.pretrain_lr
     return {"role": role, "size": size, "steps": steps, "lr": lr, "batch": cfg.sft_batch,
             "mobile_share": cfg.pretrain_mobile_share, "base_seed": cfg.base_seed, "eval_tasks": cfg.eval_tasks,
-            "vocab": len(build_tokenizer()), "first_batch": digest}
+            "target_acc": target, "check_every": cfg.base_check_every if target else 0,
+            "val_tasks": cfg.base_val_tasks if target else 0, "vocab": len(build_tokenizer()), "first_batch": digest}
 
 
 def _stale_cache_message(path: Path, cached: dict, stamp: dict) -> str:
     knobs = {"size": "size/teacher_size", "steps": "base_steps/teacher_base_steps", "lr": "pretrain_lr",
-             "batch": "sft_batch", "mobile_share": "pretrain_mobile_share"}
-    differ = [f"{knobs.get(k, k)}: {cached.get(k)!r} there, {stamp.get(k)!r} now"
-              for k in sorted(set(cached) | set(stamp)) if cached.get(k) != stamp.get(k)]
+             "batch": "sft_batch", "mobile_share": "pretrain_mobile_share", "target_acc": "base_acc/teacher_base_acc",
+             "check_every": "base_check_every", "val_tasks": "base_val_tasks"}
+    differ = [f"{knobs.get(k, k)}: {cached.get(k)!r} there, {stamp[k]!r} now" for k in stamp if cached.get(k) != stamp[k]]
     return (f"--bases {path.parent}: the cached {stamp['role']} base in {path} was pretrained with other knobs "
             f"({'; '.join(differ)}); not overwriting it: give another --bases folder (or --out), "
             "or delete that folder to retrain")
@@ -388,17 +404,22 @@ def _stale_cache_message(path: Path, cached: dict, stamp: dict) -> str:
 
 def pretrain_base(cfg: DemoConfig, role: str, log=print) -> str:
     """Stage 0 for ``role`` (``teacher`` or ``student``): SFT from random init on fresh tasks of the
-    ``pretrain_mobile_share`` platform mix, constant lr. Saved to ``{cfg.bases or cfg.out/bases}/{role}``; a base saved
-    there with the same stamp (knobs, vocabulary, first batch) is reused. A base saved there with another
-    stamp is never overwritten: a ``UsageError`` names the knobs that differ. The weights and the stamp
-    are written to a temporary folder that is then renamed, so a folder with a stamp is always complete.
-    Returns the folder."""
+    ``pretrain_mobile_share`` platform mix, constant lr, for ``teacher_base_steps`` / ``base_steps``
+    steps; or, with the role's target ``teacher_base_acc`` / ``base_acc`` > 0, until the base is
+    competent: every ``base_check_every`` steps its greedy acc on :func:`base_val_set` is measured,
+    and pretraining stops at the first check that reaches the target (the step count is the cap), so
+    that every ``base_seed`` gives bases of the same competence however fast it learns.
+    Saved to ``{cfg.bases or cfg.out/bases}/{role}``; a base saved there with the same stamp (knobs,
+    vocabulary, first batch) is reused. A base saved there with another stamp is never overwritten:
+    a ``UsageError`` names the knobs that differ. The weights and ``pretrain.json`` (the stamp, the
+    step it stopped at and its validation acc) are written to a temporary folder that is then
+    renamed, so a folder with a stamp is always complete. Returns the folder."""
     torch.set_num_threads(cfg.threads)
     path = Path(cfg.bases or Path(cfg.out) / "bases") / role
     stamp = _stamp(cfg, role)
     if (path / "pretrain.json").exists():
         cached = json.loads((path / "pretrain.json").read_text())
-        if cached == stamp:
+        if all(cached.get(k) == v for k, v in stamp.items()):
             log(f"stage 0  {role} base: reusing {path}")
             return str(path)
         raise UsageError(_stale_cache_message(path, cached, stamp))
@@ -406,15 +427,32 @@ def pretrain_base(cfg: DemoConfig, role: str, log=print) -> str:
     tok = build_tokenizer()
     held = frozenset(t.prompt for t in eval_set(cfg.eval_tasks))
     policy = Policy(build_model(tok, stamp["size"], seed=_seed(cfg.base_seed, f"{role}_init")), tok)
-    batches = (sample_tasks(cfg.sft_batch, _seed(cfg.base_seed, f"{role}_base_data", s), cfg.pretrain_mobile_share,
-                            exclude=held) for s in range(stamp["steps"]))
-    losses = sft(policy, batches, stamp["lr"])
+    val = base_val_set(cfg) if stamp["target_acc"] else []
+    trace: list[tuple[int, float]] = []  # (step, validation acc) of every check
+
+    def batches():
+        for step in range(stamp["steps"]):
+            if val and step and step % stamp["check_every"] == 0:
+                trace.append((step, _val_acc(policy, val, cfg.max_new_tokens)))
+                if trace[-1][1] >= stamp["target_acc"]:
+                    return
+            yield sample_tasks(cfg.sft_batch, _seed(cfg.base_seed, f"{role}_base_data", step), cfg.pretrain_mobile_share,
+                               exclude=held)
+
+    losses = sft(policy, batches(), stamp["lr"])
+    if val and (not trace or trace[-1][0] != len(losses)):  # stopped at the cap: measure where it ends
+        trace.append((len(losses), _val_acc(policy, val, cfg.max_new_tokens)))
+    reached = not val or trace[-1][1] >= stamp["target_acc"]
     staging = path.parent / f".{role}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     _save(policy, staging)
-    (staging / "pretrain.json").write_text(json.dumps(stamp, indent=2))
+    (staging / "pretrain.json").write_text(json.dumps(stamp | {"stopped_at": len(losses), "reached": reached,
+                                                               "val_acc": trace}, indent=2))
     shutil.rmtree(path, ignore_errors=True)  # a folder without a stamp: an interrupted older save
     os.replace(staging, path)
-    log(f"stage 0  {role} base ({stamp['size']}): {stamp['steps']} steps, final loss "
+    competence = "" if not val else (
+        f", validation acc {trace[-1][1]:.3f} " + (f">= its target {stamp['target_acc']}" if reached else
+                                                   f"< its target {stamp['target_acc']} at the cap of {stamp['steps']}"))
+    log(f"stage 0  {role} base ({stamp['size']}): {_plural(len(losses), 'step')}{competence}, final loss "
         f"{losses[-1] if losses else float('nan'):.4f}, {time.perf_counter() - t0:.0f} s")
     return str(path)
