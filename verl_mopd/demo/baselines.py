@@ -34,18 +34,18 @@ def run_baselines(cfg: DemoConfig, seed: int, bases: dict[str, str], corpora: di
     ev("GRPO, no KL", grpo)
     timed("grpo", t0)
     t0 = time.perf_counter()
-    mixed = _load(bases["student"], tok)
-    union = corpora["desktop"] + corpora["mobile"]
-    batches = corpus_batches(union, cfg.sft_batch, cfg.mixed_steps, _seed(seed, "mixed"))
-    sft_steps = {"mixed SFT": len(sft(mixed, batches, cfg.sft_lr))}
-    ev("mixed SFT", mixed)
-    experts = {}
-    for p in PLATFORMS:  # the teachers' recipe (corpus, steps, batch order, lr), from the student base
-        expert = _load(bases["student"], tok)
-        batches = corpus_batches(corpora[p], cfg.sft_batch, cfg.teacher_steps, _seed(seed, f"teacher:{p}"))
-        sft_steps[f"{p} SFT"] = len(sft(expert, batches, cfg.sft_lr))
-        ev(f"{p} SFT", expert)
-        experts[p] = _save(expert, root / "sft" / p)
+    # (name, platform or None, corpus, steps, batch-order stream): mixed SFT on the union at its budget,
+    # then each teacher's recipe (corpus, steps, batch order, lr) from the student base
+    recipes = [("mixed SFT", None, [t for p in PLATFORMS for t in corpora[p]], cfg.mixed_steps, "mixed")]
+    recipes += [(f"{p} SFT", p, corpora[p], cfg.teacher_steps, f"teacher:{p}") for p in PLATFORMS]
+    sft_steps, experts = {}, {}
+    for name, platform, data, steps, stream in recipes:
+        policy = _load(bases["student"], tok)
+        batches = corpus_batches(data, cfg.sft_batch, steps, _seed(seed, stream))
+        sft_steps[name] = len(sft(policy, batches, cfg.sft_lr))
+        ev(name, policy)
+        if platform is not None:  # merged below
+            experts[platform] = _save(policy, root / "sft" / platform)
     for method, name in (("average", "weight average"), ("ties", "TIES")):
         merged = root / "merged" / method
         merge_checkpoints(MergeConfig(method=method, models=(experts["desktop"], experts["mobile"]),
