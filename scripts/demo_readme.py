@@ -3,7 +3,7 @@
     python scripts/demo_readme.py table [--out DIR]   # `verl-mopd demo` at its defaults (3 seeds), cold
     python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
     python scripts/demo_readme.py seeds [--out DIR]   # the defaults on 9 more seeds (3-11), per seed
-    python scripts/demo_readme.py bases [--out DIR]   # base seed 1's bases at base seed 0's competence
+    python scripts/demo_readme.py bases [--out DIR]   # the defaults from base seed 1's bases
 
 ``table`` runs ``verl-mopd demo`` (as ``python -m verl_mopd.cli demo``) in a child process from a fresh folder (so the bases are
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
@@ -14,9 +14,9 @@ between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints 
 ``table`` the README's ``demo-summary`` (the measured line, the table, the plot) and docs/demo.md's
 ``demo-table`` (everything); ``sweep`` docs/demo.md's ``demo-sweep``; ``seeds`` (one run of the
 defaults on seeds 3-11, beside the table's 0-2) docs/demo.md's ``demo-seeds`` (per seed, the
-9-seed paired differences, every window of 3 consecutive seeds) and the README's ``demo-seeds``
-(its verdict); ``bases`` docs/demo.md's ``demo-bases`` (bases of base seed 1 pretrained to the
-validation acc of the default ones, where they stop, and the verdict from them). ``seeds`` and ``bases`` read back a complete run with the same config
+9-seed paired differences, every window of 3 consecutive seeds, the mixed-SFT seesaw) and the README's ``demo-seeds``
+(its verdict); ``bases`` docs/demo.md's ``demo-bases`` (the defaults from base seed 1's bases, which
+stop at the default validation acc: where they stop, and the verdict from them). ``seeds`` and ``bases`` read back a complete run with the same config
 from ``--out`` instead of running it again. Timings depend on the machine's load; the block says how many cores
 the machine has and its load average when the run started.
 """
@@ -158,7 +158,7 @@ def _verdict(wins: list[dict], n: int) -> str:
 
 def seeds(out: Path) -> dict[str, str]:
     """``{block name: body}`` of one run of the defaults on the seeds ``SEEDS`` (base seed fixed)."""
-    from verl_mopd.demo.report import aggregate, difference_table, per_seed_table, windows
+    from verl_mopd.demo.report import aggregate, difference_table, per_seed_table, seesaw, windows
     from verl_mopd.demo.run import DemoConfig
 
     machine = _machine()
@@ -170,37 +170,31 @@ def seeds(out: Path) -> dict[str, str]:
     full = "\n".join([
         measured, "", "Per seed (MOPD's greedy acc, and MOPD acc minus each baseline's, desktop / mobile):", "",
         per_seed_table(s["per_seed"]), "", f"Paired over the {n} seeds:", "", difference_table(aggregate(s["per_seed"])),
-        "", verdict])
+        "", verdict, "", seesaw(s["per_seed"])])
     short = (f"On {n} more seeds ({first}-{first + n - 1}, one run of `python scripts/demo_readme.py seeds`; per seed in "
              f"[docs/demo.md](docs/demo.md#the-verdict-on-more-seeds)): {verdict}")
     return {"docs/demo.md:demo-seeds": full, "README.md:demo-seeds": short}
 
 
 def bases(out: Path) -> str:
-    """The demo at its defaults (seeds 0-2) from bases of other base seeds (``BASE_SEEDS``) stopped at the
-    competence of the default ones: base seed 0's bases are pretrained their default steps with a
-    validation check at the end, and that validation acc becomes the target of the other seeds' bases."""
+    """The demo at its defaults (seeds 0-2) from the bases of other base seeds (``BASE_SEEDS``), which
+    stop at the same validation acc as base seed 0's (the default targets), at another step."""
     from verl_mopd.demo.report import aggregate, windows
     from verl_mopd.demo.run import DemoConfig
     from verl_mopd.demo.stages import pretrain_base
 
     machine = _machine()
     default = DemoConfig()
-    # one validation check, at the cap: the default step count
-    ref = DemoConfig(base_acc=1.0, teacher_base_acc=1.0, base_check_every=max(default.base_steps, default.teacher_base_steps),
-                     out=str(out / "base0"), bases=str(out / "base0" / "bases"))
-    target = {r: json.loads((Path(pretrain_base(ref, r)) / "pretrain.json").read_text())["val_acc"][-1][1]
-              for r in ("student", "teacher")}
+    stops = {0: {r: json.loads((Path(pretrain_base(DemoConfig(out=str(out / "base0")), r)) / "pretrain.json")
+                                .read_text())["stopped_at"] for r in ("student", "teacher")}}
     rows = ["| base seed | student base: steps, acc (desktop / mobile) | teacher base: steps, acc | MOPD acc | "
             "MOPD − GRPO, no KL | MOPD − weight average | MOPD − TIES | verdict |", "|---" * 8 + "|"]
     walls = []
     for b in BASE_SEEDS:
-        s, wall = _run(DemoConfig(base_seed=b, base_acc=target["student"], teacher_base_acc=target["teacher"],
-                                  base_steps=2 * default.base_steps, teacher_base_steps=2 * default.teacher_base_steps,
-                                  plot=False, out=str(out / f"base{b}")))
+        s, wall = _run(DemoConfig(base_seed=b, plot=False, out=str(out / f"base{b}")))
         walls.append(f"{wall:.0f}")
-        stops = {r: json.loads((out / f"base{b}" / "bases" / r / "pretrain.json").read_text())["stopped_at"]
-                 for r in ("student", "teacher")}
+        stops[b] = {r: json.loads((out / f"base{b}" / "bases" / r / "pretrain.json").read_text())["stopped_at"]
+                    for r in ("student", "teacher")}
         agg = aggregate(s["per_seed"])
         acc = {m: " / ".join(f"{agg['table'][m][p]['acc'][0]:.3f}" for p in PLATFORMS)
                for m in ("student base", "teacher base", "MOPD student")}
@@ -208,16 +202,16 @@ def bases(out: Path) -> str:
                 for m, d in agg["diffs"].items()}
         w = windows(s["per_seed"])[0]
         verdict = "holds" if w["holds"] else "not: " + ", ".join(w["failed"])
-        rows.append(f"| {b} | {stops['student']}, {acc['student base']} | {stops['teacher']}, {acc['teacher base']} | "
-                    f"{acc['MOPD student']} | {diff['GRPO, no KL']} | {diff['weight average']} | {diff['TIES']} | "
-                    f"{verdict} |")
-    head = (f"Measured by `python scripts/demo_readme.py bases`: base seed 0's bases, after their default "
-            f"{default.base_steps} / {default.teacher_base_steps} steps, score {target['student']:.3f} (student) and "
-            f"{target['teacher']:.3f} (teacher) on the validation stream; then `verl-mopd demo --base-seed B "
-            f"--base-acc {target['student']:.3f} --teacher-base-acc {target['teacher']:.3f}` (seeds 0-2, every other knob "
-            f"at its default; {', '.join(walls)} s wall, {machine}) pretrains base seed B's bases to the same competence. "
-            "Mean over the 3 seeds; the differences are paired, ± their standard error; *holds*: MOPD above *GRPO, no "
-            "KL*, *weight average* and *TIES* on both platforms by more than 2 paired standard errors:")
+        rows.append(f"| {b} | {stops[b]['student']}, {acc['student base']} | {stops[b]['teacher']}, "
+                    f"{acc['teacher base']} | {acc['MOPD student']} | {diff['GRPO, no KL']} | "
+                    f"{diff['weight average']} | {diff['TIES']} | {verdict} |")
+    head = (f"Measured by `python scripts/demo_readme.py bases`: `verl-mopd demo --base-seed B` (seeds 0-2, every "
+            f"other knob at its default; {', '.join(walls)} s wall, {machine}). Its bases stop at the default "
+            f"targets, validation acc {default.base_acc} (student) and {default.teacher_base_acc} (teacher), checked "
+            f"every {default.base_check_every} steps; base seed 0's stop at steps {stops[0]['student']} and "
+            f"{stops[0]['teacher']}. Mean over the 3 seeds; the differences are paired, ± their standard error; "
+            "*holds*: MOPD above *GRPO, no KL*, *weight average* and *TIES* on both platforms by more than 2 "
+            "paired standard errors:")
     return "\n".join([head, "", *rows])
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from commands import demo as main
 from verl_mopd.demo.models import build_model, build_tokenizer
 from verl_mopd.demo.config import BASELINES, METRIC_FIELDS, MODELS, DemoConfig
-from verl_mopd.demo.report import aggregate, per_seed_table, windows
+from verl_mopd.demo.report import aggregate, per_seed_table, seesaw, windows
 from verl_mopd.demo.run import run
 from verl_mopd.demo.stages import Policy, TeacherScorer, pretrain_base, rl_step, sft
 from verl_mopd.demo.tasks import CELL_CENTERS, HALF_CELL, INTENTS, make_task, make_tasks, mobile_frame, sample_tasks
@@ -141,6 +141,25 @@ def test_windows_of_consecutive_seeds_and_the_per_seed_table():
     assert table[5].startswith(f"| 13 | {e['MOPD student']['desktop']:.3f} / {e['MOPD student']['mobile']:.3f} | ")
     assert table[5].split(" | ")[4] == (f"{e['MOPD student']['desktop'] - e['TIES']['desktop']:+.3f} / "
                                         f"{e['MOPD student']['mobile'] - 0.95:+.3f}")
+
+
+def test_seesaw_pairs_mixed_sft_with_each_single_platform_model_on_its_own_platform():
+    """Mixed SFT minus ``desktop SFT`` / ``teacher:desktop`` on desktop and the mobile ones on mobile, per seed."""
+    rng = np.random.default_rng(2)
+    runs = [{m: {p: float(rng.uniform(0.3, 0.6)) for p in ("desktop", "mobile")} for m in MODELS} for _ in range(4)]
+    for i, r in enumerate(runs):  # below the mobile SFT on mobile by 0.1-0.13, above the desktop SFT on desktop
+        r["mobile SFT"]["mobile"] = r["mixed SFT"]["mobile"] + 0.1 + 0.01 * i
+        r["desktop SFT"]["desktop"] = r["mixed SFT"]["desktop"] - 0.2 + 0.01 * i
+        r["desktop SFT"]["mobile"] = 0.0  # the other platform plays no part
+    line = seesaw([_fake_seed(i, r) for i, r in enumerate(runs)])
+    assert line.startswith("Mixed SFT minus, paired over 4 seeds: desktop SFT on desktop +0.185 ± 0.006 (above); ")
+    cells = line.removesuffix(".").split(": ", 1)[1].split("; ")
+    assert [c.rsplit(" ", 4)[0] for c in cells] == ["desktop SFT on desktop", "teacher:desktop on desktop",
+                                                    "mobile SFT on mobile", "teacher:mobile on mobile"]
+    assert cells[2] == "mobile SFT on mobile -0.115 ± 0.006 (below)"
+    d = [r["mixed SFT"]["desktop"] - r["teacher:desktop"]["desktop"] for r in runs]
+    assert cells[1].split(" on desktop ")[1].startswith(f"{statistics.fmean(d):+.3f} ± "
+                                                       f"{statistics.stdev(d) / math.sqrt(4):.3f}")
 
 
 def test_grad_ratio_is_beta_times_the_k3_over_the_pg_gradient_norm(tmp_path):

@@ -2,10 +2,10 @@
 
 - stage 0, the pretrained bases (the paper's Qwen3-VL-32B / -8B), shared by every seed: a
   ``teacher_size`` teacher base and a ``size`` student base, each trained from random init on
-  fresh tasks of a platform mix (``pretrain_mobile_share``) for a few steps only (or, with a
-  target ``teacher_base_acc`` / ``base_acc``, until its greedy acc on a validation stream reaches
-  it), so that both are part-way through learning to click (the student base more so than the
-  bigger teacher base) and every stage-2 method has room to improve on both platforms;
+  fresh tasks of a platform mix (``pretrain_mobile_share``) until its greedy acc on a validation
+  stream reaches its target (``teacher_base_acc`` / ``base_acc``; the step count is the cap), so
+  that both are part-way through learning to click (the student base more so than the bigger
+  teacher base) and every stage-2 method has room to improve on both platforms;
 - stage 1 (per seed): finite, imbalanced per-platform SFT corpora (``sft_desktop`` :
   ``sft_mobile``; the paper's Uni-GUI is ~2 : 1); one teacher per platform, each fine-tuned from
   the ONE shared teacher base on its platform's corpus;
