@@ -4,6 +4,7 @@
     python scripts/demo_readme.py sweep [--out DIR]   # MOPD at beta 0.01 / 0.1 / 0.3 / 0.5 / 1.0, 3 seeds each
     python scripts/demo_readme.py seeds [--out DIR]   # the defaults on 9 more seeds (3-11), per seed
     python scripts/demo_readme.py bases [--out DIR]   # the defaults from base seed 1's bases
+    python scripts/demo_readme.py beta-seeds [--out DIR]  # seeds 3-11 at the default beta and at 0.5, paired
 
 ``table`` runs ``verl-mopd demo`` (as ``python -m verl_mopd.cli demo``) in a child process from a fresh folder (so the bases are
 pretrained, as on a first run) and records its table, the paired differences, the gradient-norm
@@ -16,8 +17,12 @@ between its ``<!-- demo-...:start/end -->`` markers (``--no-write`` only prints 
 defaults on seeds 3-11, beside the table's 0-2) docs/demo.md's ``demo-seeds`` (per seed, the
 9-seed paired differences, every window of 3 consecutive seeds, the mixed-SFT seesaw) and the README's ``demo-seeds``
 (its verdict); ``bases`` docs/demo.md's ``demo-bases`` (the defaults from base seed 1's bases, which
-stop at the default validation acc: where they stop, and the verdict from them). ``seeds`` and ``bases`` read back a complete run with the same config
-from ``--out`` instead of running it again. Timings depend on the machine's load; the block says how many cores
+stop at the default validation acc: where they stop, and the verdict from them); ``beta-seeds``
+docs/demo.md's ``demo-beta-seeds`` (the seeds of ``seeds`` at the default beta and at ``BETA_CHECK``,
+both runs on this machine from the same bases: MOPD per seed, paired, and the windows at
+``BETA_CHECK`` against the default run's baselines, which do not depend on beta). ``seeds``,
+``bases`` and ``beta-seeds`` read back a complete run with the same config from ``--out`` instead of
+running it again. Timings depend on the machine's load; the block says how many cores
 the machine has and its load average when the run started.
 """
 
@@ -46,6 +51,8 @@ SEEDS = (3, 9)
 BASE_SEEDS = (1,)
 #: ``seeds``: the verdict is judged on every window of this many consecutive seeds
 WINDOW = 3
+#: ``beta-seeds``: the beta set against the default on the seeds ``SEEDS`` (the sweep's runner-up)
+BETA_CHECK = 0.5
 #: where ``table`` puts the run's demo.png (the README shows it under the table)
 PLOT = "docs/demo.png"
 
@@ -215,15 +222,60 @@ def bases(out: Path) -> str:
     return "\n".join([head, "", *rows])
 
 
+def beta_seeds(out: Path) -> str:
+    """The body of ``demo-beta-seeds``: the defaults on the seeds ``SEEDS`` (with the baselines) and MOPD
+    alone at ``BETA_CHECK`` (same seeds, bases and prompts), both run here."""
+    from verl_mopd.demo.run import DemoConfig
+
+    machine = _machine()
+    first, n = SEEDS
+    common = dict(seed=first, seeds=n, plot=False, bases=str(out / "bases"))
+    default, wall = _run(DemoConfig(**common, out=str(out / "default")))
+    other, wall_b = _run(DemoConfig(**common, beta=BETA_CHECK, baselines=False, out=str(out / f"beta{BETA_CHECK}")))
+    head = (f"Measured by `python scripts/demo_readme.py beta-seeds`: `verl-mopd demo --seed {first} --seeds {n}` at the "
+            f"default beta {DemoConfig().beta} and with `--beta {BETA_CHECK}` (seeds {first}-{first + n - 1}, both on "
+            f"this machine from the same bases; {wall:.0f} s and {wall_b:.0f} s wall, {machine}).")
+    return "\n".join([head, "", beta_block(default["per_seed"], other["per_seed"], DemoConfig().beta, BETA_CHECK)])
+
+
+def beta_block(default: list[dict], other: list[dict], beta: float, beta_other: float) -> str:
+    """MOPD's acc per seed at ``beta`` (``default``: runs with the baselines) and at ``beta_other``
+    (``other``: MOPD only, the same seeds in the same order), the paired difference, and the windows
+    of ``WINDOW`` seeds at ``beta_other`` against ``default``'s baselines (they do not depend on beta)."""
+    from verl_mopd.demo.report import paired, windows
+
+    if [s["seed"] for s in default] != [s["seed"] for s in other]:
+        raise ValueError(f"the two runs have other seeds: {[s['seed'] for s in default]} vs "
+                         f"{[s['seed'] for s in other]}")
+    name = f"MOPD, beta {beta_other}"
+    both = [{"seed": a["seed"], "eval": {**a["eval"], name: b["eval"]["MOPD student"]}} for a, b in zip(default, other)]
+    rows = [f"| seed | MOPD acc, beta {beta} | beta {beta_other} | difference |", "|---|---|---|---|"]
+    for s in both:
+        e = s["eval"]
+        rows.append(f"| {s['seed']} | " + " | ".join(" / ".join(f"{e[m][p]['acc']:.3f}" for p in PLATFORMS)
+                                                    for m in ("MOPD student", name))
+                    + " | " + " / ".join(f"{e[name][p]['acc'] - e['MOPD student'][p]['acc']:+.3f}" for p in PLATFORMS)
+                    + " |")
+    diffs = {p: paired(both, name, "MOPD student", p) for p in PLATFORMS}
+    ahead = {p: sum(s["eval"][name][p]["acc"] > s["eval"]["MOPD student"][p]["acc"] for s in both) for p in PLATFORMS}
+    paired = (f"beta {beta_other} minus beta {beta}, paired over {len(both)} seeds: " + "; ".join(
+        f"{p} {d['mean']:+.3f} ± {d['se']:.3f} ({d['verdict']}; ahead on {ahead[p]} of {len(both)})"
+        for p, d in diffs.items()) + ".")
+    swapped = [{"seed": s["seed"], "eval": {**s["eval"], "MOPD student": s["eval"][name]}} for s in both]
+    verdict = _verdict(windows(swapped, n=WINDOW), WINDOW).replace("MOPD is", f"At beta {beta_other} MOPD is", 1)
+    return "\n".join([*rows, "", paired, "", verdict])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["table", "sweep", "seeds", "bases"])
+    parser.add_argument("what", choices=["table", "sweep", "seeds", "bases", "beta-seeds"])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: TMPDIR/verl-mopd-demo-<what>)")
     parser.add_argument("--no-write", action="store_true", help="print the blocks, leave the documents alone")
     args = parser.parse_args(argv)
     out = (args.out or Path(tempfile.gettempdir()) / f"verl-mopd-demo-{args.what}").resolve()
     blocks = (table(out) if args.what == "table" else seeds(out) if args.what == "seeds"
               else {"docs/demo.md:demo-bases": bases(out)} if args.what == "bases"
+              else {"docs/demo.md:demo-beta-seeds": beta_seeds(out)} if args.what == "beta-seeds"
               else {"docs/demo.md:demo-sweep": sweep(out)})
     for where, body in blocks.items():
         print(f"--- {where}\n{body}")

@@ -23,11 +23,11 @@ def aggregate(per_seed: list[dict]) -> dict:
     models = [m for m in MODELS if all(m in s["eval"] for s in per_seed)]
     table = {m: {p: {k: _mean_se([s["eval"][m][p][k] for s in per_seed]) for k in ("acc", "reward")}
                  for p in PLATFORMS} for m in models}
-    diffs = {m: {p: _paired(per_seed, "MOPD student", m, p) for p in PLATFORMS} for m in BASELINES if m in models}
+    diffs = {m: {p: paired(per_seed, "MOPD student", m, p) for p in PLATFORMS} for m in BASELINES if m in models}
     return {"table": table, "diffs": diffs, "n_seeds": len(per_seed)}
 
 
-def _paired(per_seed: list[dict], a: str, b: str, platform: str) -> dict:
+def paired(per_seed: list[dict], a: str, b: str, platform: str) -> dict:
     """``a``'s acc minus ``b``'s on ``platform``, paired per seed: ``{"mean", "se", "verdict"}``."""
     mean, se = _mean_se([s["eval"][a][platform]["acc"] - s["eval"][b][platform]["acc"] for s in per_seed])
     verdict = ("above" if mean > 2 * se else "below" if mean < -2 * se else "tie") if se == se else "n/a"
@@ -39,7 +39,7 @@ def _paired(per_seed: list[dict], a: str, b: str, platform: str) -> dict:
 def seesaw(per_seed: list[dict]) -> str:
     """The mixed-SFT seesaw as measured: mixed SFT's acc minus each single-platform SFT's and each
     teacher's on that model's own platform, paired per seed (the seesaw: below all four)."""
-    cells = [f"{m} on {p} {_pm(((d := _paired(per_seed, 'mixed SFT', m, p))['mean'], d['se']), '+.3f')} "
+    cells = [f"{m} on {p} {_pm(((d := paired(per_seed, 'mixed SFT', m, p))['mean'], d['se']), '+.3f')} "
              f"({d['verdict']})" for p in PLATFORMS for m in (f"{p} SFT", f"teacher:{p}")]
     return f"Mixed SFT minus, paired over {_plural(len(per_seed), 'seed')}: " + "; ".join(cells) + "."
 
