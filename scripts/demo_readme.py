@@ -150,12 +150,12 @@ def _run(cfg) -> tuple[dict, float]:
     return s, time.perf_counter() - t0
 
 
-def _verdict(wins: list[dict], n: int) -> str:
+def _verdict(wins: list[dict], n: int, who: str = "MOPD is") -> str:
     from verl_mopd.demo.report import VERDICT
 
     held = sum(w["holds"] for w in wins)
     names = ", ".join(f"*{m}*" for m in VERDICT[:-1]) + f" and *{VERDICT[-1]}*"
-    text = (f"MOPD is above {names} on both platforms by more than 2 paired standard errors in **{held} of "
+    text = (f"{who} above {names} on both platforms by more than 2 paired standard errors in **{held} of "
             f"{len(wins)}** {'window' if len(wins) == 1 else 'windows'} of {n} consecutive seeds")
     if held == len(wins):
         return text + "."
@@ -183,6 +183,11 @@ def seeds(out: Path) -> dict[str, str]:
     return {"docs/demo.md:demo-seeds": full, "README.md:demo-seeds": short}
 
 
+def _stopped_at(base: Path) -> int:
+    """The pretraining step where the base in ``base`` stopped (its ``pretrain.json``)."""
+    return json.loads((base / "pretrain.json").read_text())["stopped_at"]
+
+
 def bases(out: Path) -> str:
     """The demo at its defaults (seeds 0-2) from the bases of other base seeds (``BASE_SEEDS``), which
     stop at the same validation acc as base seed 0's (the default targets), at another step."""
@@ -192,16 +197,15 @@ def bases(out: Path) -> str:
 
     machine = _machine()
     default = DemoConfig()
-    stops = {0: {r: json.loads((Path(pretrain_base(DemoConfig(out=str(out / "base0")), r)) / "pretrain.json")
-                                .read_text())["stopped_at"] for r in ("student", "teacher")}}
+    stops = {0: {r: _stopped_at(Path(pretrain_base(DemoConfig(out=str(out / "base0")), r)))
+                 for r in ("student", "teacher")}}
     rows = ["| base seed | student base: steps, acc (desktop / mobile) | teacher base: steps, acc | MOPD acc | "
             "MOPD − GRPO, no KL | MOPD − weight average | MOPD − TIES | verdict |", "|---" * 8 + "|"]
     walls = []
     for b in BASE_SEEDS:
         s, wall = _run(DemoConfig(base_seed=b, plot=False, out=str(out / f"base{b}")))
         walls.append(f"{wall:.0f}")
-        stops[b] = {r: json.loads((out / f"base{b}" / "bases" / r / "pretrain.json").read_text())["stopped_at"]
-                    for r in ("student", "teacher")}
+        stops[b] = {r: _stopped_at(out / f"base{b}" / "bases" / r) for r in ("student", "teacher")}
         agg = aggregate(s["per_seed"])
         acc = {m: " / ".join(f"{agg['table'][m][p]['acc'][0]:.3f}" for p in PLATFORMS)
                for m in ("student base", "teacher base", "MOPD student")}
@@ -227,15 +231,15 @@ def beta_seeds(out: Path) -> str:
     alone at ``BETA_CHECK`` (same seeds, bases and prompts), both run here."""
     from verl_mopd.demo.run import DemoConfig
 
-    machine = _machine()
+    machine, beta = _machine(), DemoConfig().beta
     first, n = SEEDS
     common = dict(seed=first, seeds=n, plot=False, bases=str(out / "bases"))
     default, wall = _run(DemoConfig(**common, out=str(out / "default")))
     other, wall_b = _run(DemoConfig(**common, beta=BETA_CHECK, baselines=False, out=str(out / f"beta{BETA_CHECK}")))
     head = (f"Measured by `python scripts/demo_readme.py beta-seeds`: `verl-mopd demo --seed {first} --seeds {n}` at the "
-            f"default beta {DemoConfig().beta} and with `--beta {BETA_CHECK}` (seeds {first}-{first + n - 1}, both on "
+            f"default beta {beta} and with `--beta {BETA_CHECK}` (seeds {first}-{first + n - 1}, both on "
             f"this machine from the same bases; {wall:.0f} s and {wall_b:.0f} s wall, {machine}).")
-    return "\n".join([head, "", beta_block(default["per_seed"], other["per_seed"], DemoConfig().beta, BETA_CHECK)])
+    return "\n".join([head, "", beta_block(default["per_seed"], other["per_seed"], beta, BETA_CHECK)])
 
 
 def beta_block(default: list[dict], other: list[dict], beta: float, beta_other: float) -> str:
@@ -258,12 +262,12 @@ def beta_block(default: list[dict], other: list[dict], beta: float, beta_other: 
                     + " |")
     diffs = {p: paired(both, name, "MOPD student", p) for p in PLATFORMS}
     ahead = {p: sum(s["eval"][name][p]["acc"] > s["eval"]["MOPD student"][p]["acc"] for s in both) for p in PLATFORMS}
-    paired = (f"beta {beta_other} minus beta {beta}, paired over {len(both)} seeds: " + "; ".join(
+    line = (f"beta {beta_other} minus beta {beta}, paired over {len(both)} seeds: " + "; ".join(
         f"{p} {d['mean']:+.3f} ± {d['se']:.3f} ({d['verdict']}; ahead on {ahead[p]} of {len(both)})"
         for p, d in diffs.items()) + ".")
     swapped = [{"seed": s["seed"], "eval": {**s["eval"], "MOPD student": s["eval"][name]}} for s in both]
-    verdict = _verdict(windows(swapped, n=WINDOW), WINDOW).replace("MOPD is", f"At beta {beta_other} MOPD is", 1)
-    return "\n".join([*rows, "", paired, "", verdict])
+    verdict = _verdict(windows(swapped, n=WINDOW), WINDOW, who=f"At beta {beta_other} MOPD is")
+    return "\n".join([*rows, "", line, "", verdict])
 
 
 def main(argv: list[str] | None = None) -> int:
