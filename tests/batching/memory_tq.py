@@ -39,11 +39,11 @@ class MemoryTQ:
                 self.tags[partition_id].setdefault(key, {})
 
     def kv_batch_get(self, keys, partition_id, select_fields=None):
-        rows = []
-        for key in keys:
-            stored = self.fields[partition_id][key]
-            rows.append({f: stored[f] for f in (select_fields or stored)})
-        return list_of_dict_to_tensordict(rows)
+        # As verl 0.9.1's TransferQueue: a field that any one of the keys lacks is left out of the answer.
+        stored = [self.fields[partition_id][key] for key in keys]
+        wanted = select_fields or sorted({f for row in stored for f in row})
+        common = [f for f in wanted if all(f in row for row in stored)]
+        return list_of_dict_to_tensordict([{f: row[f] for f in common} for row in stored])
 
     def kv_clear(self, keys, partition_id):
         for key in keys if isinstance(keys, list) else [keys]:

@@ -17,7 +17,9 @@ usable samples and no loss term sees the failed ones.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import time
 from collections import Counter, defaultdict
@@ -44,6 +46,8 @@ from .quota import QuotaConfig, QuotaScheduler
 
 STATE_FILE = "batching_state.json"
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(kw_only=True)
 class BatchingConfig(BaseConfig):
@@ -65,6 +69,11 @@ class BatchingConfig(BaseConfig):
         train_batch_size: prompts per sync batch (``${data.train_batch_size}``); bounds the
             sync trainer's in-flight refills together with ``max_inflight_gen_batches``.
         max_inflight_gen_batches: sync only, as ``algorithm.filter_groups.max_inflight_gen_batches``.
+        max_empty_refills: a refill after which no new prompt is in TransferQueue is empty; after
+            each empty refill in a row the sampler waits (``poll_interval`` doubled each time, at
+            most ``refill_backoff_max_seconds``), and at this many in a row it stops with a
+            ``RuntimeError`` instead of polling for ever (verl's own refill always adds prompts).
+        refill_backoff_max_seconds: the longest of those waits.
     """
 
     quota: QuotaConfig = field(default_factory=lambda: QuotaConfig(shares={"desktop": 0.5, "mobile": 0.5}))
@@ -76,6 +85,8 @@ class BatchingConfig(BaseConfig):
     min_valid_samples: int = 2
     train_batch_size: int | None = None
     max_inflight_gen_batches: int = 1
+    max_empty_refills: int = 8
+    refill_backoff_max_seconds: float = 30.0
 
     def __post_init__(self):
         errors = []
@@ -94,6 +105,12 @@ class BatchingConfig(BaseConfig):
             errors.append(f"train_batch_size={self.train_batch_size!r}; must be a positive int")
         if not isinstance(self.max_inflight_gen_batches, int) or self.max_inflight_gen_batches <= 0:
             errors.append(f"max_inflight_gen_batches={self.max_inflight_gen_batches!r}; must be a positive int")
+        if isinstance(self.max_empty_refills, bool) or not isinstance(self.max_empty_refills, int) \
+                or self.max_empty_refills < 1:
+            errors.append(f"max_empty_refills={self.max_empty_refills!r}; must be an int >= 1")
+        backoff = self.refill_backoff_max_seconds
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not 0 <= backoff < float("inf"):
+            errors.append(f"refill_backoff_max_seconds={backoff!r}; must be a finite number >= 0")
         if errors:
             raise ValueError("invalid trainer.v1.sampler.sampler_kwargs:\n  " + "\n  ".join(errors))
 
@@ -156,15 +173,71 @@ class _QuotaSamplingMixin:
         self._clock = clock
         self._group_info: dict[str, _GroupInfo] = {}
         self._step_counts: Counter = Counter()
+        self._empty_refills = 0  # refills in a row after which TransferQueue held no new prompt
+        self._empty_refill_wait = 0.0
+        self._refill_probe: frozenset[str] | None = None  # the prompts known when the last refill was asked
+        if self.refill_fn is not None:
+            self.refill_fn = self._watched_refill(self.refill_fn)
+
+    # -------------------------------------------------------------- refills
+    def _prompt_uids(self) -> frozenset[str]:
+        return frozenset(uid for steps in self.prompt_global_steps.values() for uid in steps)
+
+    def _watched_refill(self, refill_fn):
+        """``refill_fn`` that remembers which prompts existed when it was called; the next metadata
+        sync compares (:meth:`_sync_metadata_from_transfer_queue`)."""
+
+        @functools.wraps(refill_fn)
+        def refill(num_prompts: int):
+            if self._refill_probe is None:
+                self._refill_probe = self._prompt_uids()
+            return refill_fn(num_prompts)
+
+        refill.unwatched = refill_fn
+        return refill
+
+    def _sync_metadata_from_transfer_queue(self):
+        """verl's sync, then the empty-refill check: a refill after which TransferQueue holds no prompt
+        it did not hold before yielded nothing. The sampler then waits (``poll_interval``, doubled per
+        empty refill in a row, at most ``refill_backoff_max_seconds``) instead of asking again at once,
+        and stops after ``max_empty_refills`` in a row with a message (verl's own refill, the trainer's
+        ``_add_prompts_to_generate``, always registers its prompts before it returns)."""
+        super()._sync_metadata_from_transfer_queue()
+        probe, self._refill_probe = self._refill_probe, None
+        if probe is None:
+            return
+        if self._prompt_uids() - probe:
+            self._empty_refills, self._empty_refill_wait = 0, 0.0
+            return
+        self._empty_refills += 1
+        limit = self.batching.max_empty_refills
+        if self._empty_refills >= limit:
+            fn = getattr(self.refill_fn, "unwatched", self.refill_fn)
+            name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+            progress = {d: f"{a}/{q}" for d, (a, q) in self.scheduler.progress().items()}
+            self._empty_refills, self._empty_refill_wait = 0, 0.0
+            raise RuntimeError(
+                f"the quota sampler's refill yielded no prompt {limit} times in a row "
+                f"(trainer.v1.sampler.sampler_kwargs.max_empty_refills={limit}): after each call of the refill "
+                f"function {name} TransferQueue held no new prompt, and nothing was in flight to wait for "
+                f"(accepted/quota groups per domain: {progress}). verl's refill (_add_prompts_to_generate) always "
+                "registers the prompts it draws; a custom trainer's refill must too. Raise max_empty_refills "
+                "to wait longer"
+            )
+        wait = min(self.batching.refill_backoff_max_seconds, self.poll_interval * 2 ** (self._empty_refills - 1))
+        if self._empty_refills == 1:
+            logger.warning("quota sampler: the refill yielded no prompt; backing off (at most %d times in a row)", limit)
+        self._empty_refill_wait += wait
+        time.sleep(wait)
+        super()._sync_metadata_from_transfer_queue()  # the state after the wait
 
     # ------------------------------------------------------------ verdicts
     def _classify_uids(self, partition_id: str, uids: set[str]) -> None:
         """Read metric, env-failure flag and domain of each session's final output; one verdict per uid."""
         keys = sorted(k for k in self.partitions[partition_id] if k.split("_")[0] in uids)
         use_reward = self.filter_groups_metric == FILTER_GROUPS_REWARD_METRIC
-        fields = [self.batching.domain_key, "extra_fields", "extra_info"]
-        fields = (["rm_scores"] if use_reward else []) + fields
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=fields) if keys else None
+        required = (["rm_scores"] if use_reward else []) + [self.batching.domain_key]
+        data = self._fetch_fields(partition_id, keys, required, optional=("extra_fields", "extra_info"))
         # uid -> session -> [(output index, key, extra_fields, extra_info, domain, rm_scores)]
         sessions: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for i, key in enumerate(keys):
@@ -173,8 +246,8 @@ class _QuotaSamplingMixin:
                 (
                     int(index),
                     key,
-                    _plain(data["extra_fields"][i]) or {},
-                    _plain(data["extra_info"][i]) or {},
+                    data["extra_fields"][i] or {},
+                    data["extra_info"][i] or {},
                     _plain(data[self.batching.domain_key][i]),
                     data["rm_scores"][i] if use_reward else None,
                 )
@@ -217,6 +290,56 @@ class _QuotaSamplingMixin:
             )
             self._group_info[uid] = _GroupInfo(domain, verdict, tuple(failed_keys))
             self._count_verdict(domain, verdict)
+
+    #: what each field the sampler reads is for (the error names it)
+    _FIELD_USES = {
+        "rm_scores": "the group filter's metric (sampler_kwargs.filter_metric='reward' reads verl's task score "
+                     "rm_scores, written by the reward step before sampling); or set filter_metric to a "
+                     "reward_extra_info key such as 'acc'",
+    }
+
+    def _fetch_fields(self, partition_id: str, keys: list[str], required: list[str],
+                      optional: tuple[str, ...]) -> dict[str, list]:
+        """``{field: one value per key}`` from TransferQueue.
+
+        TransferQueue leaves a field out of the whole answer when any one of the keys lacks it (measured
+        with verl 0.9.1's TransferQueue). A missing ``required`` field is a ``ValueError`` that names the
+        field, a trajectory without it and what is allowed; an ``optional`` one (``extra_fields``,
+        ``extra_info``: where the env-failure flag may be) is then read key by key, None where absent."""
+        if not keys:
+            return {name: [] for name in (*required, *optional)}
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=[*required, *optional])
+        present = set(data.keys()) if data is not None else set()
+        columns: dict[str, list] = {}
+        for name in required:
+            if name not in present:
+                raise ValueError(self._missing_field_message(partition_id, keys, name))
+            columns[name] = data[name]
+        for name in optional:
+            if name in present:
+                columns[name] = [_plain(data[name][i]) for i in range(len(keys))]
+            else:
+                columns[name] = [self._field_of(partition_id, key, name) for key in keys]
+        return columns
+
+    @staticmethod
+    def _field_of(partition_id: str, key: str, name: str):
+        data = tq.kv_batch_get(keys=[key], partition_id=partition_id, select_fields=[name])
+        return _plain(data[name][0]) if data is not None and name in data.keys() else None
+
+    def _missing_field_message(self, partition_id: str, keys: list[str], name: str) -> str:
+        lacking = [key for key in keys if self._field_of(partition_id, key, name) is None]
+        sample = lacking[0] if lacking else keys[0]
+        count = f"{len(lacking)} of {len(keys)} trajectories" if lacking else "the trajectories"
+        if name == self.batching.domain_key:
+            use = (f"the quota sampler reads each trajectory's domain from trainer.v1.sampler.sampler_kwargs."
+                   f"domain_key={name!r} (a top-level dataset column; the recipes set it to ${{mopd.routing_key}}); "
+                   f"give every row a {name!r} column with one of {self.scheduler.domains} (quota.shares), as "
+                   "verl-mopd prepare writes it, or set domain_key to the column that holds the domain")
+        else:
+            use = self._FIELD_USES.get(name, "the quota sampler reads it")
+        return (f"trajectory {sample!r} (group {sample.split('_')[0]}, partition {partition_id!r}) has no field "
+                f"{name!r} in TransferQueue ({count} lack it): {use}")
 
     def _count_verdict(self, domain: str | None, verdict: GroupVerdict) -> None:
         d = domain or "unknown"
