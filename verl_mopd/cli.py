@@ -6,6 +6,8 @@
     verl-mopd score ...              score model outputs with the GUI action reward
     verl-mopd prepare ...            clean GUI trajectories and write verl parquet (RL + SFT)
     verl-mopd eval offline|merge ... evaluate a checkpoint step by step; build merge baselines
+    verl-mopd inspect DIR [--out FILE] [--tokenizer PATH]
+                                     a run's step dumps (or verl's rollout dumps) as one static HTML page
     verl-mopd smoke [--device cpu|cuda] [--out DIR]
                                      both stages through verl's real trainers on tiny Qwen3-VL, checked
     verl-mopd validate-recipe FILE [key=value ...] [--print]
@@ -50,6 +52,8 @@ COMMANDS = {
                 "verl_mopd.data.cli:add_prepare_arguments", "verl_mopd.data.cli:run_prepare"),
     "eval": ("evaluate a checkpoint offline; merge baselines",
              "verl_mopd.eval.cli:add_eval_arguments", "verl_mopd.eval.cli:run_eval"),
+    "inspect": ("a run's dumps as one static HTML page: per platform, the tokens where teacher and student disagree (K3)",
+                "verl_mopd.inspect.cli:add_inspect_arguments", "verl_mopd.inspect.cli:run_inspect"),
     "smoke": ("both UI-MOPD stages through verl's own trainers on tiny Qwen3-VL models, then checks",
               "verl_mopd.testing.smoke:add_smoke_arguments", "verl_mopd.testing.smoke:run_smoke_command"),
     "validate-recipe": ("compose and check a recipe YAML without Ray or GPUs",
