@@ -5,7 +5,12 @@ import argparse
 import copy
 import json
 import math
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,6 +205,9 @@ def _check_outputs(summary, out, cfg, runs):
                                   | ({"mixed SFT": cfg.mixed_sft_steps or 2 * cfg.teacher_steps,
                                       "desktop SFT": cfg.teacher_steps, "mobile SFT": cfg.teacher_steps}
                                      if cfg.baselines else {}))
+        students = out / f"seed{s['seed']}" / "students"  # the trained RL students, kept for a look
+        assert (students / "mopd" / "config.json").exists()
+        assert (students / "grpo" / "config.json").exists() == ("grpo" in runs)
         for p in ("desktop", "mobile"):
             assert (out / f"seed{s['seed']}" / "teachers" / p / "config.json").exists()
             assert (out / f"seed{s['seed']}" / "sft" / p / "config.json").exists() == cfg.baselines
@@ -252,8 +260,18 @@ def test_short_multi_seed_demo_through_the_cli(tmp_path, capfd):
     assert len(stages) == 2 + 2 * 5 and stages[-1].startswith("[stage 12/12] 100%") and " · done · " in stages[-1]
     assert all(s.startswith(("[stage ", "seed ", "stage 0", "mopd ", "grpo ", "|", "verl-mopd demo", "run ", "beta=",
                              "W", "")) or not s for s in printed.splitlines())
+    # a rerun into the finished run's folder keeps it whole and writes beside it, reusing its bases
+    finished = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert main(argv + ["--seeds=1", "--no-baselines", "--no-plot"]) == 0
-    assert printed.count("stage 0") == 2 and capfd.readouterr().out.count("reusing") == 2
+    again = capfd.readouterr().out
+    beside = tmp_path.with_name(tmp_path.name + ".2")
+    assert again.splitlines()[0] == (f"verl-mopd demo: {tmp_path} holds a finished run (summary.json); it is kept "
+                                     f"as it is, and this run writes to {beside} (reusing the bases of {tmp_path / 'bases'})")
+    assert printed.count("stage 0") == 2 and again.count("reusing") == 3  # the note and both bases
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == finished
+    summary2 = json.loads((beside / "summary.json").read_text())
+    assert summary2["config"]["out"] == str(beside) and [s["seed"] for s in summary2["per_seed"]] == [0]
+    assert (beside / "seed0" / "students" / "mopd" / "config.json").exists() and not (beside / "bases").exists()
     # a knob that differs never retrains over the cache: refused before any work, the cache untouched
     stamp = (tmp_path / "bases" / "student" / "pretrain.json").read_text()
     changed = DemoConfig(**TINY | {"base_steps": DemoConfig(**TINY).base_steps + 1}, out=str(tmp_path))
@@ -355,6 +373,72 @@ def test_bad_config_names_the_field():
                           (dict(pretrain_mobile_share=2.0), "demo.pretrain_mobile_share=2.0"),
                           (dict(mixed_sft_steps=-1), "demo.mixed_sft_steps=-1"),
                           (dict(base_acc=1.5), "demo.base_acc=1.5"), (dict(base_check_every=0), "demo.base_check_every=0"),
-                          (dict(teachers="ray", workers=3), "demo.workers=3 with teachers='ray'")):
+                          (dict(teachers="ray", workers=3), "demo.workers=3 with teachers='ray'"),
+                          (dict(gate_metric="score"), "demo.gate_metric='score': allowed 'acc', 'rm_scores'")):
         with pytest.raises(ValueError, match=match.replace("(", r"\(")):
             DemoConfig(**kwargs)
+
+
+def _run_cli(*argv: str, cwd: Path, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-X", "importtime", "-m", "verl_mopd.cli", "demo", *argv], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_argument_mistakes_are_one_line_before_torch_is_imported(tmp_path):
+    """A bad knob or an --out that is a file: exit 2, one line naming it, and neither torch nor verl imported."""
+    (tmp_path / "README.md").write_text("mine\n")
+    for argv, message in ((["--out=README.md"], "--out=README.md: is a file, not a folder"),
+                          (["--rollout-n=1"], "demo.rollout_n=1: GRPO needs >= 2 rollouts per prompt"),
+                          (["--gate-metric=score"], "demo.gate_metric='score': allowed 'acc', 'rm_scores'")):
+        proc = _run_cli(*argv, cwd=tmp_path)
+        _, err = proc.communicate(timeout=120)
+        lines = [line for line in err.splitlines() if not line.startswith("import time:")]
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in err.splitlines()
+                    if line.startswith("import time:")}
+        assert proc.returncode == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"verl-mopd demo: error: {message}"), lines
+        assert not imported & {"torch", "verl", "transformers"}, sorted(imported & {"torch", "verl", "transformers"})
+    assert (tmp_path / "README.md").read_text() == "mine\n"
+
+
+def _spawned_workers(pid: int) -> list[int]:
+    """The multiprocessing spawn workers among ``pid``'s children (not the resource tracker)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(int(child))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads the process tree from /proc (Linux)")
+def test_ctrl_c_while_the_workers_start_is_one_line(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while the seed workers are still importing torch:
+    exit 130 and exactly the one line, no worker traceback (the review saw one 1 time in 4)."""
+    out = tmp_path / "run"
+    argv = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()] + [f"--out={out}", "--no-plot"]
+    proc = subprocess.Popen([sys.executable, "-m", "verl_mopd.cli", "demo", *argv], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,  # its own process group, as a terminal's foreground job
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background shell ignores it
+    try:
+        deadline = time.monotonic() + 300
+        while not (workers := _spawned_workers(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.01)
+        # the cause, checked directly: a new worker ignores SIGINT from its first instruction, before its
+        # initializer (which runs only once torch is imported) could say so
+        status = Path(f"/proc/{workers[0]}/status").read_text()
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored >> (signal.SIGINT - 1) & 1, status
+        time.sleep(0.5)  # the workers are importing (torch takes seconds)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [f"verl-mopd demo: interrupted; {out} has no summary.json, the mark of a complete run"]

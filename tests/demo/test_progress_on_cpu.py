@@ -71,7 +71,7 @@ def test_on_a_terminal_the_line_is_redrawn_below_the_log():
 
 def test_ctrl_c_exits_130_with_one_line_no_traceback_and_no_complete_looking_run(tmp_path):
     """SIGINT to the whole process group, as a terminal sends it, while two seed workers train."""
-    (tmp_path / "summary.json").write_text("{}")  # an older run's marker in the same folder
+    (tmp_path / "summary.json").write_text("{}")  # a finished run's marker in the same folder: kept
     argv = [sys.executable, "-m", "verl_mopd.cli", "demo", "--seeds=2", "--steps=500", "--teacher-base-steps=2",
             "--base-steps=2", "--sft-desktop=8", "--sft-mobile=4", "--teacher-steps=1", "--prompts-per-step=4",
             "--rollout-n=2", "--sft-batch=8", "--eval-tasks=4", "--max-new-tokens=26", "--no-plot",
@@ -93,6 +93,9 @@ def test_ctrl_c_exits_130_with_one_line_no_traceback_and_no_complete_looking_run
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
-    assert err.splitlines() == [f"verl-mopd demo: interrupted; {tmp_path} has no summary.json, the mark of a "
+    beside = tmp_path.with_name(tmp_path.name + ".2")  # the finished run's folder is never written into
+    assert seen[0].startswith(f"verl-mopd demo: {tmp_path} holds a finished run (summary.json); it is kept as it "
+                              f"is, and this run writes to {beside}"), seen[0]
+    assert err.splitlines() == [f"verl-mopd demo: interrupted; {beside} has no summary.json, the mark of a "
                                 "complete run"], err
-    assert not (tmp_path / "summary.json").exists()
+    assert (tmp_path / "summary.json").read_text() == "{}" and not (beside / "summary.json").exists()

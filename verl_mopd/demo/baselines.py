@@ -24,13 +24,14 @@ def run_baselines(cfg: DemoConfig, seed: int, bases: dict[str, str], corpora: di
                   prompts: Callable[[int], list[Task]], root: Path, tok,
                   ev: Callable, timed: Callable[[str, float], None], log) -> tuple[list[dict], dict[str, int]]:
     """Train and evaluate (``ev(name, policy)``) every baseline of ``seed``; ``timed(stage, t0)`` records
-    the stage times ``grpo`` and ``baselines``. The single-platform SFTs go under ``root/sft``, the merges
-    under ``root/merged``. Returns ``(the GRPO run's per-step records, {baseline: its SFT steps})``."""
+    the stage times ``grpo`` and ``baselines``. The GRPO student goes to ``root/students/grpo``, the
+    single-platform SFTs under ``root/sft``, the merges under ``root/merged``. Returns ``(the GRPO run's per-step records, {baseline: its SFT steps})``."""
     from verl_mopd.eval.merge import MergeConfig, merge_checkpoints
 
     t0 = time.perf_counter()
     grpo = _load(bases["student"], tok)
     records = rl(grpo, cfg, None, "grpo", seed, prompts, log)
+    _save(grpo, root / "students" / "grpo")
     ev("GRPO, no KL", grpo)
     timed("grpo", t0)
     t0 = time.perf_counter()

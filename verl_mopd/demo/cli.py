@@ -34,7 +34,7 @@ _HELP = {
     "rl_lr": "stage-2 learning rate",
     "beta": "distillation_loss_coef of mopd_k3",
     "tau_kl": "reward gate: KL off for groups whose mean gate metric exceeds this",
-    "gate_metric": "reward gate metric: acc (1 iff fully correct) or score",
+    "gate_metric": "reward gate metric: acc (1 iff fully correct) or rm_scores (the task score), as mopd.gate_metric",
     "size": "student model size: micro (32 hidden, 2 layers), tiny (64, 2) or small (128, 3)",
     "teacher_size": "teacher model size (micro, tiny or small)",
     "ties_density": "TIES merge: fraction of each task vector kept",
@@ -42,7 +42,8 @@ _HELP = {
     "eval_tasks": "held-out tasks per platform for the greedy comparison (same for every seed and model)",
     "teachers": "local: router + hf score_rows in-process; ray: PlatformTeacherGroup hf workers on local Ray",
     "workers": "parallel processes (0: one per seed; teachers=ray runs the seeds in this process)",
-    "out": "output folder (metrics.jsonl, summary.json, demo.png, bases/, seed*/)",
+    "out": "output folder (metrics.jsonl, summary.json, demo.png, bases/, seed*/); a folder that holds a finished "
+           "run is kept, and the run writes beside it (OUT.2, OUT.3, ...)",
     "bases": "folder of the pretrained bases (default OUT/bases): reused when their knobs match, refused (never overwritten) when not",
     "threads": "torch CPU threads per process",
     "log_every": "print a table row every N RL steps",
@@ -69,17 +70,34 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return parser
 
 
+def check_out(out: str) -> None:
+    """``--out`` must be a folder (new or not): a file there is refused, naming ``--out``."""
+    import os
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out={out}: is a file, not a folder; give the demo's output folder (default: mopd_demo)")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Build a :class:`DemoConfig` from parsed ``args`` and run the demo. Returns the exit code
-    (130 on Ctrl-C, with one line saying the output folder holds no complete run)."""
+    (130 on Ctrl-C, with one line saying the output folder holds no complete run).
+
+    The config, ``--out`` and matplotlib are checked before torch and verl are imported, so a
+    mistake is reported at once. A folder holding a finished run is never written into: the run
+    goes beside it (:func:`verl_mopd.demo.run.keep_finished_run`), and says so first."""
     import sys
 
-    from verl_mopd.demo.run import SUMMARY, _quiet, run
-
-    _quiet()
-    cfg = DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})
+    cfg = DemoConfig(**{f.name: getattr(args, f.name) for f in fields(DemoConfig)})  # a ValueError: exit 2
+    check_out(cfg.out)
     if cfg.plot and importlib.util.find_spec("matplotlib") is None:  # the `demo` extra; checked before any work
         raise UsageError("the demo's plot needs matplotlib: pip install -e '.[demo]' (or give --no-plot)")
+
+    from verl_mopd.demo.run import SUMMARY, _quiet, keep_finished_run, run
+
+    _quiet()
+    cfg, note = keep_finished_run(cfg)
+    if note:
+        print(note, flush=True)
     try:
         run(cfg)
     except KeyboardInterrupt:

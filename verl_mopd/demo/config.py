@@ -18,6 +18,9 @@ SIZES = {
 }
 
 PLATFORMS = ("desktop", "mobile")
+#: the reward gate's metrics, named as ``mopd.gate_metric`` names them: ``acc`` (1 iff fully correct) or
+#: ``rm_scores`` (the task score, +1 / -0.5 / -1)
+GATE_METRICS = ("acc", "rm_scores")
 #: every per-step record of ``metrics.jsonl`` has these keys
 METRIC_FIELDS = (
     "run", "seed", "step", "time_s", "loss", "pg_loss", "mask_on_fraction", "grad_ratio",
@@ -143,8 +146,9 @@ class DemoConfig:
         for name in ("size", "teacher_size"):
             if getattr(self, name) not in SIZES:
                 raise ValueError(f"demo.{name}={getattr(self, name)!r}: allowed {sorted(SIZES)}")
-        if self.gate_metric not in ("acc", "score"):
-            raise ValueError(f"demo.gate_metric={self.gate_metric!r}: allowed 'acc', 'score'")
+        if self.gate_metric not in GATE_METRICS:
+            raise ValueError(f"demo.gate_metric={self.gate_metric!r}: allowed {', '.join(map(repr, GATE_METRICS))} "
+                             "(the names of mopd.gate_metric)")
         for name in ("pretrain_lr", "teacher_pretrain_lr", "sft_lr", "rl_lr", "beta", "tau_kl"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name.endswith("lr") and v == 0):

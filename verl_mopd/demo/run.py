@@ -47,11 +47,12 @@ micro-batch: a demonstration and an integration test, not a second trainer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +67,7 @@ from verl_mopd.demo.stages import (
     _HEADER,
     TeacherScorer,
     _load,
+    _stamp,
     _save,
     corpus_batches,
     eval_set,
@@ -76,10 +78,50 @@ from verl_mopd.demo.stages import (
     sft,
 )
 
-__all__ = ["BASELINES", "METRIC_FIELDS", "MODELS", "SUMMARY", "DemoConfig", "run", "run_seed"]
+__all__ = ["BASELINES", "METRIC_FIELDS", "MODELS", "SUMMARY", "DemoConfig", "keep_finished_run", "run", "run_seed"]
 
 #: the run's summary and its completion marker: written last, atomically (:func:`run`)
 SUMMARY = "summary.json"
+
+
+def beside(out: Path) -> Path:
+    """``out`` when it holds no finished run (no :data:`SUMMARY`), else the first of ``out.2``,
+    ``out.3``, ... that holds none (an interrupted run there is replaced, as in ``out``)."""
+    n = 2
+    path = out
+    while (path / SUMMARY).exists():
+        path = out.with_name(f"{out.name}.{n}")
+        n += 1
+    return path
+
+
+def _bases_match(cfg: DemoConfig, bases: Path) -> bool:
+    """Whether both pretrained bases in ``bases`` were made with ``cfg``'s knobs (:func:`pretrain_base` reuses them)."""
+    for role in ("teacher", "student"):
+        stamp_file = bases / role / "pretrain.json"
+        if not stamp_file.exists():
+            return False
+        cached = json.loads(stamp_file.read_text())
+        if any(cached.get(k) != v for k, v in _stamp(cfg, role).items()):
+            return False
+    return True
+
+
+def keep_finished_run(cfg: DemoConfig) -> tuple[DemoConfig, str]:
+    """A finished run in ``cfg.out`` is never written into: ``(cfg, "")`` when ``cfg.out`` holds none,
+    else ``(cfg with out = the folder beside it, the line that says so)``. The run beside reuses the
+    finished run's bases (default ``--bases``) when their knobs match, and pretrains its own when not."""
+    out = Path(cfg.out)
+    target = beside(out)
+    if target == out:
+        return cfg, ""
+    bases = cfg.bases
+    own = out / "bases"
+    if not bases and _bases_match(cfg, own):
+        bases = str(own)
+    note = (f"verl-mopd demo: {out} holds a finished run ({SUMMARY}); it is kept as it is, and this run writes to "
+            f"{target}" + (f" (reusing the bases of {own})" if bases == str(own) else ""))
+    return replace(cfg, out=str(target), bases=bases), note
 
 
 
@@ -143,6 +185,7 @@ def run_seed(cfg: DemoConfig, seed: int, bases: dict[str, str], log=print, repor
         queries = {t: {p: ps.count(p) for p in PLATFORMS} for t, ps in scorer.queried.items()}
     finally:
         scorer.close()
+    _save(student, root / "students" / "mopd")
     timed("mopd", t0)
 
     # greedy evals (the held-out set is disjoint from every training stream by construction)
@@ -229,6 +272,25 @@ def _tree_cpu() -> float:
     return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ctrl-C ignored in this process while the block starts processes, which inherit the ignored
+    SIGINT through exec (Python installs its KeyboardInterrupt handler only where SIGINT is at its
+    default), so a worker still importing torch prints no traceback. A Ctrl-C that arrives within
+    the block is lost; the driver's next one is not."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _run_in_pool(cfg: DemoConfig, seeds: list[int], roles: tuple[str, ...], log, report) -> tuple[list, dict]:
     """The bases, then every seed, in ``cfg.n_workers`` spawned processes; their events are handled
     here as they come. Ctrl-C stops the workers at once (they ignore SIGINT, so they print no
@@ -238,7 +300,8 @@ def _run_in_pool(cfg: DemoConfig, seeds: list[int], roles: tuple[str, ...], log,
     from concurrent.futures import ProcessPoolExecutor, wait
 
     ctx = mp.get_context("spawn")
-    events = ctx.Queue()
+    with _sigint_ignored():
+        events = ctx.Queue()  # may start multiprocessing's resource tracker
 
     def drain(futures):
         pending = set(futures)
@@ -262,9 +325,14 @@ def _run_in_pool(cfg: DemoConfig, seeds: list[int], roles: tuple[str, ...], log,
 
     pool = ProcessPoolExecutor(max(2, cfg.n_workers), mp_context=ctx, initializer=_worker_init,
                                initargs=(events, str(Path(cfg.out) / "logs")))
+
+    def submit(fn, *args):
+        with _sigint_ignored():  # a worker is started by submit: it must never see Ctrl-C, even while importing
+            return pool.submit(fn, *args)
+
     try:
-        bases = dict(zip(roles, drain([pool.submit(_pretrain_worker, cfg, r) for r in roles]), strict=True))
-        per_seed = drain([pool.submit(_seed_worker, cfg, s, bases) for s in seeds])
+        bases = dict(zip(roles, drain([submit(_pretrain_worker, cfg, r) for r in roles]), strict=True))
+        per_seed = drain([submit(_seed_worker, cfg, s, bases) for s in seeds])
     except KeyboardInterrupt:
         for process in list(getattr(pool, "_processes", {}).values()):  # no public way to stop busy workers
             process.terminate()
@@ -277,8 +345,9 @@ def _run_in_pool(cfg: DemoConfig, seeds: list[int], roles: tuple[str, ...], log,
 def run(cfg: DemoConfig, log=None, stream=None) -> dict:
     """Every seed (in ``cfg.n_workers`` processes), then the aggregate table, ``metrics.jsonl``,
     ``demo.png`` and, last, ``summary.json`` in ``cfg.out``: ``summary.json`` is the completion
-    marker (written atomically when the run is done, removed when a run starts in that folder), so
-    an interrupted run never looks complete.
+    marker (written atomically when the run is done), so an interrupted run never looks complete.
+    A folder that holds one is never written into: the run goes beside it (:func:`keep_finished_run`;
+    the returned summary's ``config.out`` says where).
 
     ``log``: where whole lines go (default: printed); ``stream``: where the progress line goes
     (default stdout; redrawn in place on a terminal, one line per finished stage elsewhere). Pool
@@ -289,9 +358,9 @@ def run(cfg: DemoConfig, log=None, stream=None) -> dict:
     included), "per_seed": [{seed, eval, stage_s, cpu_s, ...}], "aggregate": {"table", "diffs"},
     "grad_ratio": {median, q10, q90, steps}, "records": [...]}``.
     """
+    cfg, note = keep_finished_run(cfg)  # a finished run is never written into (the CLI has said so already)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / SUMMARY).unlink(missing_ok=True)  # this folder holds no complete run until this one ends
     t0, cpu0 = time.perf_counter(), _tree_cpu()
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
     roles = ("teacher", "student")
@@ -305,6 +374,8 @@ def run(cfg: DemoConfig, log=None, stream=None) -> dict:
     def report(key, seconds):
         line.stage_done(key, seconds, time.perf_counter())
 
+    if note:
+        log_fn(note)
     log_fn(f"verl-mopd demo: {_plural(len(seeds), 'seed')} in {_plural(cfg.n_workers, 'process', 'processes')}; "
            f"per-step rows:\n{_HEADER}")
     try:
