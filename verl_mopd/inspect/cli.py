@@ -89,12 +89,14 @@ def run_inspect(args: argparse.Namespace) -> int:
                          f"({dumps.padding_rows} padding rows)")
     report = build_report(dumps.samples, decode, top=args.top, samples_shown=args.samples, max_points=args.max_points)
     steps = sorted({s.step for s in dumps.samples})
-    what = ("step dumps (VERL_MOPD_STEP_DUMP)" if dumps.kind == "step" else "verl rollout dumps (trainer.rollout_data_dir)")
+    what = ("step dumps (VERL_MOPD_STEP_DUMP)" if dumps.kind == "step"
+            else "verl rollout dumps (trainer.rollout_data_dir)")
     source = [f"{len(dumps.files)} {what} in {dumps.folder}: steps {steps[0]}-{steps[-1]}, {len(dumps.samples)} samples"
               + (f" ({dumps.padding_rows} padding rows left out)" if dumps.padding_rows else "")
               + ("" if decode or dumps.kind != "step" else "; tokens as <id> (give --tokenizer to decode them)")]
     with atomic_write(out) as f:
-        f.write(render(report, title=f"verl-mopd inspect: {'/'.join(dumps.folder.resolve().parts[-2:])}", source=source))
+        title = f"verl-mopd inspect: {'/'.join(dumps.folder.resolve().parts[-2:])}"
+        f.write(render(report, title=title, source=source))
     per = "; ".join(f"{r.platform}: {r.n_samples} samples, K3 mean {'-' if r.k3_mean is None else f'{r.k3_mean:.4f}'}"
                     for r in report.platforms)
     print(f"{source[0]}\n{per}\nwrote {out}")

@@ -93,7 +93,8 @@ def find_dumps(folder: str | os.PathLike) -> tuple[str, Path, list[Path]]:
             listed = ", ".join(str(f) for f in folders[:6]) + (", ..." if len(folders) > 6 else "")
             raise UsageError(f"DIR={folder}: {len(folders)} folders below it hold {glob} dumps ({listed}); give one")
     raise UsageError(f"DIR={folder}: no dumps in it or below it: expected step_<N>.pt (written with "
-                     "VERL_MOPD_STEP_DUMP=DIR by the mopd_* trainers) or <step>.jsonl (verl's trainer.rollout_data_dir)")
+                     "VERL_MOPD_STEP_DUMP=DIR by the mopd_* trainers) or <step>.jsonl "
+                     "(verl's trainer.rollout_data_dir)")
 
 
 def _array(value, name: str, where: str) -> np.ndarray:
@@ -119,7 +120,8 @@ def read_step_dumps(files: list[Path]) -> tuple[list[Sample], int]:
             raise UsageError(f"{path}: not a readable step dump ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
         if not isinstance(dump, dict) or not isinstance(dump.get("rows"), list):
-            raise UsageError(f"{path}: not a step dump: expected a dict with 'rows' (verl_mopd.trainer.hooks.dump_step)")
+            raise UsageError(f"{path}: not a step dump: expected a dict with 'rows' "
+                             "(verl_mopd.trainer.hooks.dump_step)")
         step = dump.get("step")
         if step is None:
             step = int(_STEP_FILE.match(path.name).group(1))

@@ -82,7 +82,8 @@ def _line_chart(title: str, series: dict[str, list[tuple[float, float]]], colors
 
     out = [f'<svg id="{chart_id}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">',
            f'<text x="{left}" y="14" font-weight="bold">{html.escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{w - left - right}" height="{h - top - bottom}" fill="none" stroke="#ccc"/>']
+           f'<rect x="{left}" y="{top}" width="{w - left - right}" height="{h - top - bottom}" '
+           'fill="none" stroke="#ccc"/>']
     for t in _ticks(y0, y1):
         out.append(f'<line x1="{left - 4}" x2="{left}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#999"/>'
                    f'<text x="{left - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
@@ -155,7 +156,8 @@ def _tokens_html(shown, scale: float) -> str:
         t = html.escape(text)
         k = None if shown.k3 is None else shown.k3[i]
         if k is None or math.isnan(k):
-            why = "gated off" if shown.k3 is None else "not counted (mask or kl_start)"
+            why = ("not counted (mask or kl_start)" if shown.k3 is not None else
+                   "gated off" if s.gate == 0 else "no teacher log-probs")
             spans.append(f'<span class="t off" data-pos="{i}" title="{why}">{t}</span>')
             continue
         tip = f"K3 {k:.4f} · teacher {s.teacher[i]:.4f} · student {s.student[i]:.4f}"
