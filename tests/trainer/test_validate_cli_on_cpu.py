@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_mopd import cli
+from verl_mopd.trainer.overrides import nearest_key as _nearest_key
 from verl_mopd.trainer.validate import (
-    _nearest_key,
     compose_recipe,
     partial_recipe_problem,
     validate,
@@ -85,9 +85,12 @@ def test_the_nearest_real_key_of_a_mistyped_one(typed, nearest):
     assert _nearest_key(config, typed) == nearest
 
 
-def test_a_key_with_no_near_one_keeps_hydras_message(capsys):
+def test_a_key_with_no_near_one_keeps_hydras_message_but_not_its_plus_advice(capsys):
     assert validate_recipe_cli(str(SMALL), ["mopd.zzzzzz=1"]) == 1
-    assert "Could not override 'mopd.zzzzzz'" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"{SMALL}: cannot compose: Could not override 'mopd.zzzzzz'. mopd.zzzzzz is not a key of this "
+                          "recipe, and hydra's '+mopd.zzzzzz=1' would add a key that verl may never read"), err
+    assert "To append to your config" not in err
 
 
 def test_a_mistyped_key_given_with_plus_is_named_too():

@@ -63,7 +63,10 @@ def test_a_pkg_searchpath_outside_verl_is_refused_before_composing(canary, capsy
          "distillation.distillation_loss.distillation_loss_coef=inf: must be a finite number"),
         ("mopd.tau_kl=inf", "mopd.tau_kl=inf: must be a finite number"),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size=3", "TP*DP*PP=3"),
-        ("actor_rollout_ref.rollout.n=1", "rollout.n=1 is below the quota sampler's min_valid_samples=2"),
+        ("actor_rollout_ref.rollout.n=1",
+         "actor_rollout_ref.rollout.n=1: the quota sampler cannot serve groups of fewer than min_valid_samples=2 "
+         "valid rollouts (GRPO needs a std), so every group would be dropped and no batch could fill; allowed: "
+         "n >= 2, or verl's own sampler (no trainer.v1.sampler.custom_sampler) for n = 1"),
         ("trainer.n_gpus_per_node=null", "trainer.n_gpus_per_node=None: must be a positive integer"),
         ("trainer.nnodes=0", "trainer.nnodes=0: must be a positive integer"),
     ],

@@ -376,6 +376,11 @@ def _result(score: float, acc: bool, thought: int, parsed: bool, am: bool, args:
     }
 
 
+#: the numeric keys of every :func:`compute_score` result (verl puts them in ``reward_extra_info``;
+#: each can be a gate or filter metric); ``reason`` and ``platform`` are strings
+NUMERIC_KEYS = tuple(k for k, v in _result(0.0, False, 0, False, False, False, "", "").items() if not isinstance(v, str))
+
+
 def _strict(solution_str: Any, platform: str, targets: Sequence[Target], score_cfg: ScoreConfig, parse_cfg: ParseConfig, thought: int) -> dict:
     pred = parse_action(solution_str, platform, parse_cfg)
     level, reason, action_match, _ = _judge(pred, targets[0], score_cfg)

@@ -32,6 +32,15 @@ def _target_problem(where: str, target: Any) -> str | None:
         return f"{where}._target_={target!r}: not allowed ({why})"
     from verl.base_config import BaseConfig
 
+    obj = _resolve(target)
+    if obj is None:
+        return f"{where}._target_={target!r}: cannot be resolved"
+    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and issubclass(obj, BaseConfig)):
+        return f"{where}._target_={target!r}: not allowed ({why})"
+    return None
+
+
+def _resolve(target: str) -> Any:
     parts = target.split(".")
     obj: Any = None
     for i in range(len(parts) - 1, 0, -1):  # the longest importable module prefix, then attributes
@@ -45,11 +54,13 @@ def _target_problem(where: str, target: Any) -> str | None:
         except AttributeError:
             obj = None
         break
-    if obj is None:
-        return f"{where}._target_={target!r}: cannot be resolved"
-    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and issubclass(obj, BaseConfig)):
-        return f"{where}._target_={target!r}: not allowed ({why})"
-    return None
+    return obj
+
+
+def config_dataclass(target: Any) -> type | None:
+    """The verl / verl-mopd config dataclass that ``target`` names, or None; imports nothing outside
+    those packages."""
+    return None if _target_problem("", target) is not None else _resolve(target)
 
 
 def code_target_problems(config: DictConfig) -> list[str]:

@@ -30,6 +30,7 @@ from verl_mopd.trainer.cluster_checks import (
     checkpoint_dir_problems,
     section,
 )
+from verl_mopd.trainer.overrides import compose_error, unread_additions
 from verl_mopd.trainer.recipe_safety import code_target_problems, searchpath_problems
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
         problems.append(f"distillation.distillation_loss.distillation_loss_coef={beta!r} (beta): must be a number "
                         ">= 0 (UI-MOPD uses 0.01)")
     if gate.enable:
+        problems.extend(p for p in [gate_metric_problem(config)] if p)
         _check_gate_against_filter(config, gate, warnings)
         mode = section(config, "actor_rollout_ref.actor.loss_agg_mode")
         if gate.normalization == "kept" and mode is not None and mode != "token-mean":
@@ -97,6 +99,50 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
                 "loss_agg_mode=token-mean"
             )
     return gate
+
+
+#: how a recipe names verl-mopd's own reward function (``reward.custom_reward_function.path``)
+OUR_REWARD_PATHS = ("pkg://verl_mopd.rewards.score", "pkg://verl_mopd.rewards")
+
+
+def reward_extra_keys(config: DictConfig) -> tuple[str, ...] | None:
+    """The numeric ``reward_extra_info`` keys the configured reward produces: those of verl-mopd's
+    ``compute_score`` (verl's reward managers store every key it returns). None when the reward is
+    another function: its keys are known only once it runs, and validation runs no recipe code."""
+    fn = section(config, "reward.custom_reward_function") or {}
+    path = str(fn.get("path") or "").replace(os.sep, "/")
+    ours = path in OUR_REWARD_PATHS or path.endswith(("verl_mopd/rewards/score.py", "verl_mopd/rewards/__init__.py"))
+    source = section(config, "reward.reward_manager.source")
+    if not ours or fn.get("name") != "compute_score" or source not in (None, "register"):
+        return None
+    from verl_mopd.rewards.score import NUMERIC_KEYS
+
+    return NUMERIC_KEYS
+
+
+def metric_problem(config: DictConfig, key: str, value: Any, extra: tuple[str, ...]) -> str | None:
+    """``key=value`` names neither one of ``extra`` nor a reward extra the configured reward produces
+    (:func:`reward_extra_keys`): one line with the nearest allowed name and every allowed one; None
+    when fine or unknowable."""
+    produced = reward_extra_keys(config)
+    if produced is None:
+        return None
+    allowed = [*extra, *produced]
+    if value in allowed:
+        return None
+    fn = section(config, "reward.custom_reward_function")
+    close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"{key}={value!r}: the configured reward ({fn.get('path')}:{fn.get('name')}) does not produce it; "
+            f"{hint}allowed: {', '.join(allowed)}")
+
+
+def gate_metric_problem(config: DictConfig) -> str | None:
+    """``mopd.gate_metric`` the configured reward cannot produce (checked only while the gate is on)."""
+    block = section(config, "mopd")
+    if block is None or not block.get("enable", True):
+        return None
+    return metric_problem(config, "mopd.gate_metric", block.get("gate_metric", "acc"), ("rm_scores",))
 
 
 def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: list[str]) -> None:
@@ -265,10 +311,16 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
     return values
 
 
+#: the quota sampler class each trainer mode runs (verl: ReplayBuffer for sync, ReplayBufferAsync else)
+QUOTA_SAMPLERS = {"sync": "QuotaReplayBuffer", "async": "QuotaReplayBufferAsync"}
+
+
 def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[str]) -> None:
-    """Our quota sampler's kwargs (BatchingConfig), and its domains against the teachers."""
+    """Our quota sampler: its kwargs (BatchingConfig), its domains against the teachers, and what it
+    cannot serve (docs/batching.md, "Differences from verl's samplers")."""
     sampler = section(config, "trainer.v1.sampler")
-    path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
+    custom = (sampler or {}).get("custom_sampler", {}) or {}
+    path = str(custom.get("path") or "")
     if not path.endswith("verl_mopd.batching.sampler"):
         return
     from verl_mopd.batching.sampler import BatchingConfig
@@ -279,6 +331,39 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
     except (ValueError, TypeError) as exc:
         problems.append(str(exc))
         return
+    from verl.trainer.ppo.v1.replay_buffer import FILTER_GROUPS_REWARD_METRIC
+
+    problems.extend(p for p in [metric_problem(config, "trainer.v1.sampler.sampler_kwargs.filter_metric",
+                                               batching.filter_metric, (FILTER_GROUPS_REWARD_METRIC,))] if p)
+    mode = str(section(config, "trainer.v1.trainer_mode"))
+    kind = "sync" if mode.removeprefix("mopd_") == "sync" else "async"
+    name = custom.get("name")
+    if name != QUOTA_SAMPLERS[kind]:
+        allowed = f"allowed with trainer.v1.trainer_mode={mode}: {QUOTA_SAMPLERS[kind]}"
+        what = ("not a sampler of verl_mopd.batching.sampler" if name not in QUOTA_SAMPLERS.values()
+                else f"the {'async' if kind == 'sync' else 'sync'} trainers' sampler")
+        problems.append(f"trainer.v1.sampler.custom_sampler.name={name}: {what}; {allowed}")
+    n = section(config, "actor_rollout_ref.rollout.n")
+    if isinstance(n, int) and n < batching.min_valid_samples:
+        problems.append(
+            f"actor_rollout_ref.rollout.n={n}: the quota sampler cannot serve groups of fewer than "
+            f"min_valid_samples={batching.min_valid_samples} valid rollouts (GRPO needs a std), so every group "
+            f"would be dropped and no batch could fill; allowed: n >= {batching.min_valid_samples}, or verl's own "
+            "sampler (no trainer.v1.sampler.custom_sampler) for n = 1"
+        )
+    if kind == "sync":
+        filt = section(config, "algorithm.filter_groups")
+        exact = bool(filt is not None and filt.get("enable", False)) or bool(
+            (sampler or {}).get("sync_refill_failed_groups", False))
+        gen = section(config, "data.gen_batch_size") or section(config, "data.train_batch_size")
+        if not exact and gen != 1:
+            problems.append(
+                f"data.gen_batch_size={section(config, 'data.gen_batch_size')} (so verl draws prompts {gen} at a "
+                "time) with the sync quota sampler and algorithm.filter_groups.enable=false: the sampler refills "
+                "any number of prompts, and verl's _next_train_batch refuses a count that is not a multiple of "
+                "it; allowed: algorithm.filter_groups.enable=true (verl then draws one prompt at a time) or "
+                "data.gen_batch_size=1"
+            )
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
     teachers = set(run_teachers(config, mopd)) - {ROUTES_EVERY_SAMPLE} if mopd is not None else set()
@@ -322,17 +407,6 @@ def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[s
             warnings.append(
                 "distillation.distillation_loss.k3_linear_above=inf: the plain K3, whose gradient e^d - 1 is "
                 "unbounded where the student is far below the teacher (the default 3.0 keeps it bounded)"
-            )
-    sampler = section(config, "trainer.v1.sampler")
-    path = str((sampler or {}).get("custom_sampler", {}).get("path") or "")
-    if path.endswith("verl_mopd.batching.sampler"):
-        n = section(config, "actor_rollout_ref.rollout.n")
-        kwargs = (sampler.get("sampler_kwargs") or {}) if sampler is not None else {}
-        min_valid = kwargs.get("min_valid_samples", 2)
-        if isinstance(n, int) and isinstance(min_valid, int) and n < min_valid:
-            problems.append(
-                f"actor_rollout_ref.rollout.n={n} is below the quota sampler's min_valid_samples={min_valid}: "
-                "every group would be dropped and no batch could ever fill (GRPO needs n >= 2)"
             )
 
 
@@ -380,7 +454,7 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
     return problems, warnings
 
 
-def compose_recipe(path: str, overrides: list[str] | None = None) -> DictConfig:
+def compose_recipe(path: str, overrides: list[str] | None = None, return_hydra_config: bool = False) -> DictConfig:
     """Compose a recipe YAML (with its hydra defaults and searchpath) plus overrides, as hydra would."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -390,7 +464,18 @@ def compose_recipe(path: str, overrides: list[str] | None = None) -> DictConfig:
         raise FileNotFoundError(f"recipe {path} is not a YAML file")
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=os.path.dirname(path), version_base=None):
-        return compose(config_name=os.path.splitext(os.path.basename(path))[0], overrides=list(overrides or []))
+        return compose(config_name=os.path.splitext(os.path.basename(path))[0], overrides=list(overrides or []),
+                       return_hydra_config=return_hydra_config)
+
+
+def addition_findings(path: str, config: DictConfig, overrides: list[str]) -> tuple[list[str], list[str]]:
+    """:func:`verl_mopd.trainer.overrides.unread_additions` for a recipe file: the ``+key`` overrides
+    that nothing reads (problems) or that look mistyped (warnings). The config groups are hydra's
+    own ``hydra.runtime.choices``, as the launch callback reads them."""
+    if not any(o.lstrip().startswith("+") for o in overrides):
+        return [], []
+    choices = set(compose_recipe(path, overrides, return_hydra_config=True).hydra.runtime.choices)
+    return unread_additions(config, overrides, lambda others: compose_recipe(path, others), choices.__contains__)
 
 
 def is_sft_recipe(config: DictConfig) -> bool:
@@ -486,47 +571,6 @@ def config_group_problem(path: str) -> str | None:
             f"e.g. verl-mopd validate-recipe {target} {select}")
 
 
-def _nearest_key(config: DictConfig, dotted: str) -> str | None:
-    """The existing key nearest to a mistyped ``dotted`` key: the first missing part replaced by its
-    closest sibling (``mopd.tau_k`` -> ``mopd.tau_kl``); a path under the wrong section is looked up
-    again from the root (``algorithm.mopd.tau`` -> ``mopd.tau_kl``)."""
-    parts = dotted.split(".")
-    for start in range(len(parts)):
-        node: Any = config
-        for i in range(start, len(parts)):
-            if not isinstance(node, DictConfig):
-                break
-            if parts[i] in node:
-                node = node._get_node(parts[i])
-                continue
-            close = difflib.get_close_matches(parts[i], [str(k) for k in node.keys()], n=1, cutoff=0.6)
-            if close:
-                return ".".join(parts[start:i] + close + parts[i + 1 :])
-            break
-    return None
-
-
-def _compose_error(path: str, overrides: list[str], exc: Exception) -> str:
-    """hydra's composition error; for a mistyped key, the nearest real key instead of hydra's ``+key`` hint."""
-    import re
-
-    message = str(exc)
-    match = re.match(r"Could not override '([^']+)'", message)
-    if match is None:
-        return message
-    key = match.group(1)
-    others = [o for o in overrides if o.split("=", 1)[0].lstrip("~+") != key]
-    try:
-        config = compose_recipe(path, others)
-    except Exception:  # noqa: BLE001 - another override fails too: hydra's own message
-        return message
-    near = _nearest_key(config, key)
-    if near is None:
-        return message
-    given = next((o for o in overrides if o.split("=", 1)[0] == key), key)
-    return f"{key} is not a key of this recipe ({given}); did you mean {near}?"
-
-
 def _not_a_trainer_config(config: DictConfig) -> str | None:
     missing = [k for k in ("data", "actor_rollout_ref", "critic", "algorithm", "trainer") if k not in config]
     if not missing:
@@ -562,7 +606,8 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
     try:
         config = compose_recipe(path, overrides)
     except Exception as exc:  # noqa: BLE001 - composition errors are user errors
-        print(f"{path}: cannot compose: {_compose_error(path, overrides, exc)}", file=sys.stderr)
+        error = compose_error(str(exc), overrides, lambda others: compose_recipe(path, others))
+        print(f"{path}: cannot compose: {error}", file=sys.stderr)
         return 1
     if is_sft_recipe(config):
         problems, warnings = validate_sft(config)
@@ -570,6 +615,8 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
         problems, warnings = [_not_a_trainer_config(config)], []
     else:
         problems, warnings = validate(config)
+    unread, suspicious = addition_findings(path, config, overrides)
+    problems, warnings = unread + problems, suspicious + warnings
     if print_config:
         print(OmegaConf.to_yaml(config, resolve=True))
     for w in warnings:
