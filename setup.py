@@ -7,7 +7,8 @@ from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 # pure data, no imports: read without importing the package (it imports verl)
-GPU_EXTRAS = runpy.run_path(str(HERE / "verl_mopd" / "gpu_stack.py"))["EXTRAS"]
+GPU_STACK = runpy.run_path(str(HERE / "verl_mopd" / "gpu_stack.py"))
+GPU_EXTRAS = GPU_STACK["EXTRAS"]
 
 # A CPU machine: torch pinned so that pip takes the CPU wheel instead of resolving a multi-GB CUDA
 # build through verl's dependencies (CUDA machines bring their own torch and skip these extras).
@@ -66,9 +67,12 @@ setup(
             "pyautogui==0.9.54",
             "openai>=1.40",
             "loguru>=0.7",
-            # CPU wheels: verl's MegatronEngine is built in a test up to its CUDA-only module build
-            "megatron-core>=0.16,<0.17",
+            # verl's Megatron engine on CPU (verl_mopd/testing/cpu/megatron.py): the GPU stack's megatron-core
+            # (gpu_stack.py) and what Megatron-Bridge imports on CPU; Megatron-Bridge itself comes with --no-deps
+            # (its requirements contradict verl's: gpu_stack.NO_DEPS), as on the GPU
+            "megatron-core==" + GPU_STACK["MEGATRON_CORE"],
             "mbridge[megatron]>=0.15,<0.16",
+            "megatron-energon>=7,<8",
         ],
         # the GPU stack (Python 3.12, CUDA 13): verl_mopd/gpu_stack.py, the one place of its pins and of the
         # two further install steps no extra can express (README "GPU install")

@@ -19,10 +19,16 @@ Why these versions: verl 0.9.1's ``sglang`` extra pins torch 2.11.0, transformer
 sglang 0.5.12 (so verl itself runs sglang 0.5.12 on transformers 5.9.0, against sglang's own
 ``transformers==5.6.0``, a version verl excludes). Megatron-Bridge 0.6.2 is the newest release; it
 accepts transformers 5.9.0 (0.5.x needs < 5.9) and needs Megatron-Core >= 0.18 (THD packing);
-Megatron-Core 0.18.2 checks Transformer Engine features up to 2.14.
+Megatron-Core 0.19.2, because its 0.18.2 cannot build a *training* engine under Megatron-Bridge 0.6.2
+(verl's DDP config imports ``megatron.training.models.gpt``, which ships from 0.19; forward-only
+engines are not affected). The CPU test suite installs the same megatron-core and Megatron-Bridge and
+trains through them (``tests/testing/test_megatron_engine_on_cpu.py``).
 """
 
 PYTHON = "3.12"
+
+#: the Megatron-Core release of the GPU stack and of the CPU test suite (setup.py's test extra)
+MEGATRON_CORE = "0.19.2"
 
 #: installed with ``pip install --no-deps`` after the extras (step 2)
 NO_DEPS = {"sglang": "0.5.12", "megatron-bridge": "0.6.2"}
@@ -41,7 +47,7 @@ OVERRIDES = {
     ("megatron-bridge", "flashinfer-python"): "sglang 0.5.12 needs 0.6.11.post1; megatron.bridge 0.6.2 never "
                                               "imports flashinfer",
     ("megatron-bridge", "flashinfer-cubin"): "as flashinfer-python",
-    ("megatron-bridge", "megatron-core"): "megatron-core[mlm] 0.18.2 is installed, not its [dev] extra: Megatron-LM's "
+    ("megatron-bridge", "megatron-core"): "megatron-core[mlm] 0.19.2 is installed, not its [dev] extra: Megatron-LM's "
                                           "development and training-loop tools (ModelOpt, used by verl only for "
                                           "quantization-aware training; TensorStore, Energon, a source build of "
                                           "fast-hadamard-transform)",
@@ -53,14 +59,14 @@ OVERRIDES = {
 _TORCH = ["torch==2.11.0", "torchvision==0.26.0", "torchaudio==2.11.0"]
 
 #: setup.py's GPU extras (step 1). No Python-version markers: on any Python but 3.12 pip refuses
-#: loudly (megatron-core 0.18 needs >= 3.12, verl 0.9.1 < 3.13) instead of installing half a stack.
+#: loudly (megatron-core 0.18+ needs >= 3.12, verl 0.9.1 < 3.13) instead of installing half a stack.
 EXTRAS = {
     # verl's Megatron engine (actor and backend: megatron teachers) and Megatron-Bridge's own
     # requirements (megatron-bridge itself comes in step 2)
     "megatron": [
         "verl[mcore]==0.9.1",
         *_TORCH,
-        "megatron-core[mlm]==0.18.2",
+        "megatron-core[mlm]==" + MEGATRON_CORE,
         "transformer-engine[core-cu13]==2.14.1",
         # what the Transformer Engine PyTorch extension (step 3) needs besides torch and its core
         "onnx",
@@ -168,7 +174,7 @@ SUPPORTED = {
     "transformers": "==5.9.0",
     "TransferQueue": ">=0.1.10,<0.2",
     "hydra-core": ">=1.3,<1.4",
-    "megatron-core": "==0.18.2",
+    "megatron-core": "==" + MEGATRON_CORE,
     "megatron-bridge": "==" + NO_DEPS["megatron-bridge"],
     "transformer-engine": "==2.14.1",
     "transformer-engine-cu13": "==2.14.1",

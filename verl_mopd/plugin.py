@@ -39,7 +39,7 @@ REGISTRIES: dict[str, Callable[[], None]] = {
 
 
 def register() -> None:
-    """Register verl-mopd into verl's registries.
+    """Register verl-mopd into verl's registries, and correct what the recipes need corrected upstream.
 
     - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.register_loss`, which lives with
       the loss it registers), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in
@@ -48,11 +48,16 @@ def register() -> None:
       (``trainer.v1.trainer_mode``), through verl's ``register_trainer`` (importing
       ``verl_mopd.trainer.mopd_trainer`` does it; verl's TaskRunner looks them up by name).
 
+    - the corrections of :mod:`verl_mopd.upstream_fixes` (Megatron-Bridge's Qwen3-VL vision gradients
+      under TP + sequence parallel), each right after its module's first import.
+
     A registry whose verl package is already imported is filled now (a failure raises);
     otherwise right after that package is first imported (a failure is warned about, since
     raising would break verl's own import, and ``require_registered`` reports it).
     """
-    for package, fill in REGISTRIES.items():
+    from verl_mopd.upstream_fixes import FIXES
+
+    for package, fill in {**REGISTRIES, **FIXES}.items():
         after_import(package, fill)
 
 

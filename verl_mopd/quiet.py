@@ -25,6 +25,8 @@ KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     (UserWarning, r"Disabled critic as algorithm\.adv_estimator != gae", r""),
     # verl/workers/config/engine.py McoreEngineConfig, on every TP=1 Megatron config (stacklevel=2)
     (UserWarning, r"set sequence parallel to false as TP size is 1", r""),
+    # hydra, about multi-storage-client's config source (below) that has no profile here
+    (UserWarning, r"provider=msc-universal, path=.* is not available", r"hydra\."),
 )
 
 #: logger name -> message prefixes of its records to drop (verl formats them with %-args)
@@ -33,6 +35,9 @@ KNOWN_LOG_RECORDS: dict[str, tuple[str, ...]] = {
         "No supported accelerator detected",
         "Platform '%s' (%s) is registered but not available",
     ),
+    # multi-storage-client (megatron-energon's, which Megatron-Bridge imports) registers a hydra config
+    # source that logs an ERROR with a traceback at every hydra compose when no MSC profile exists
+    "multistorageclient.contrib.hydra": ("MSC config source not available",),
 }
 
 
@@ -42,7 +47,7 @@ class _DropKnown(logging.Filter):
         self.prefixes = prefixes
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno < logging.ERROR and str(record.msg).startswith(self.prefixes))
+        return not (record.levelno < logging.CRITICAL and str(record.msg).startswith(self.prefixes))
 
 
 def hide_known_warnings() -> None:

@@ -76,10 +76,12 @@ def test_verl_loads_the_processor_with_qwen3_vl_mrope(folders):
 
 
 def test_student_and_teacher_share_vocabulary_and_vision_geometry(folders):
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoTokenizer
 
     student, teacher = (AutoConfig.from_pretrained(folders[s]) for s in ("student", "teacher"))
     assert student.text_config.vocab_size == teacher.text_config.vocab_size
+    vocab, tokens = student.text_config.vocab_size, len(AutoTokenizer.from_pretrained(folders["student"]))
+    assert vocab % tiny.VOCAB_MULTIPLE == 0 and tokens <= vocab < tokens + tiny.VOCAB_MULTIPLE  # Megatron's TP split
     for key in ("patch_size", "spatial_merge_size", "temporal_patch_size"):
         assert getattr(student.vision_config, key) == getattr(teacher.vision_config, key)
     assert student.image_token_id == teacher.image_token_id

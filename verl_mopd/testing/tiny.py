@@ -151,6 +151,16 @@ def build_processor(tokenizer):
                             video_processor=Qwen3VLVideoProcessor(size=size, **geometry), chat_template=CHAT_TEMPLATE)
 
 
+#: the embedding rows are a multiple of this, as Qwen's are (151,936 rows for 151,669 tokens): Megatron
+#: splits the vocabulary over the tensor-parallel ranks, so it must divide by TP (up to 8)
+VOCAB_MULTIPLE = 8
+
+
+def padded_vocab_size(tokenizer) -> int:
+    """``len(tokenizer)`` rounded up to :data:`VOCAB_MULTIPLE`."""
+    return -(-len(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
 def model_config(tokenizer, size: str):
     """``Qwen3VLConfig`` of ``size`` for ``tokenizer`` (vision geometry shared by every size)."""
     from transformers import Qwen3VLConfig
@@ -163,7 +173,7 @@ def model_config(tokenizer, size: str):
            (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
             ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
     return Qwen3VLConfig(
-        text_config=dict(vocab_size=len(tokenizer), intermediate_size=2 * text["hidden_size"],
+        text_config=dict(vocab_size=padded_vocab_size(tokenizer), intermediate_size=2 * text["hidden_size"],
                          max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0,

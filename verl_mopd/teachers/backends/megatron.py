@@ -31,16 +31,31 @@ from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import CALL_INFO, TEACHER_MESH, teacher_output
 
 __all__ = ["teacher_blocks", "worker_config_from_blocks", "training_worker_config", "MegatronTeacherWorker",
-           "megatron_teacher_class", "megatron_stack_report", "check_megatron_stack"]
+           "megatron_teacher_class", "megatron_dtypes", "megatron_stack_report", "check_megatron_stack"]
 
 
 def _check_teacher(cfg: TeacherConfig) -> None:
     if cfg.backend != "megatron":
         raise ConfigError([f"mopd.teachers.{cfg.platform}.backend={cfg.backend!r}: expected 'megatron'"], "mopd.teachers config")
-    if cfg.dtype not in ("bfloat16", "float16"):
+    if cfg.dtype not in megatron_dtypes():
         raise ConfigError(
-            [f"mopd.teachers.{cfg.platform}.dtype={cfg.dtype!r}: verl's Megatron engine allows ['bfloat16', 'float16']"]
+            [f"mopd.teachers.{cfg.platform}.dtype={cfg.dtype!r}: verl's Megatron engine allows {megatron_dtypes()}"]
         )
+
+
+def megatron_dtypes() -> list[str]:
+    """The dtypes verl's ``McoreEngineConfig`` admits here (``bfloat16``, ``float16``; the CPU harness of
+    ``verl_mopd.testing.cpu.megatron`` adds ``float32``), asked of verl's own check."""
+    from verl.workers.config import McoreEngineConfig
+
+    allowed = []
+    for dtype in ("bfloat16", "float16", "float32"):
+        try:
+            McoreEngineConfig(strategy="megatron", dtype=dtype, tensor_model_parallel_size=2)
+        except AssertionError:
+            continue
+        allowed.append(dtype)
+    return allowed
 
 
 def _run_block(run_config, path: str) -> dict:

@@ -30,19 +30,24 @@ from __future__ import annotations
 import json
 
 PLATFORM_MODULE = "verl_mopd.testing.cpu.platform"
+MEGATRON_MODULE = "verl_mopd.testing.cpu.megatron"
 
-__all__ = ["PLATFORM_MODULE", "environment"]
+__all__ = ["PLATFORM_MODULE", "MEGATRON_MODULE", "environment"]
 
 
-def environment(threads: int = 1) -> dict[str, str]:
+def environment(threads: int = 1, megatron: bool = False) -> dict[str, str]:
     """The environment variables that put verl (and every Ray worker it starts) on the CPU harness.
 
     Args:
         threads: torch / OpenMP threads per process (a CPU run starts ~10 processes).
+        megatron: also load :mod:`verl_mopd.testing.cpu.megatron` (verl's Megatron engine on CPU: needs
+            megatron-core and Megatron-Bridge); and keep verl's ``torch.compile`` calls from compiling.
     """
+    modules = [PLATFORM_MODULE, MEGATRON_MODULE] if megatron else [PLATFORM_MODULE]
     return {
+        **({"TORCHDYNAMO_DISABLE": "1"} if megatron else {}),
         "VERL_PLATFORM": "cpu",
-        "VERL_USE_EXTERNAL_MODULES": PLATFORM_MODULE,
+        "VERL_USE_EXTERNAL_MODULES": ",".join(modules),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",

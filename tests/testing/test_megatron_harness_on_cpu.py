@@ -1,0 +1,48 @@
+"""The Megatron CPU harness's patches name upstream lines that still say what the harness assumes.
+
+:mod:`verl_mopd.testing.cpu.megatron_patches` lists every monkeypatch of the harness with the upstream
+``file:line`` it stands in for, and every CUDA call site the redirect answers. A pin bump that moves
+any of them fails here, naming the line, before an engine test fails somewhere deep in Megatron.
+(The harness is never imported in this process: it installs itself on import.)
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_mopd.testing.cpu.megatron_patches import PATCHES, REDIRECTED_CALL_SITES
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("megatron.bridge") is None,
+                                reason="needs megatron-core and Megatron-Bridge (the test extra, Python 3.12)")
+
+
+def upstream_line(site: str) -> str:
+    """The text of ``package/relative/file.py:LINE`` in the installed packages."""
+    relative, line = site.rsplit(":", 1)
+    for root in sys.path:
+        path = Path(root or ".") / relative
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            assert int(line) <= len(lines), f"{site}: the file has only {len(lines)} lines"
+            return lines[int(line) - 1]
+    raise AssertionError(f"{relative} is not in any installed package (sys.path)")
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.upstream)
+def test_each_patch_names_the_upstream_line_it_stands_in_for(patch):
+    assert patch.expect in upstream_line(patch.upstream), (
+        f"{patch.upstream} no longer reads {patch.expect!r}: re-read it and update the harness patch of "
+        f"{patch.target} ({patch.why})")
+
+
+@pytest.mark.parametrize("site", [f"{f}:{line}" for f, lines in sorted(REDIRECTED_CALL_SITES.items()) for line in lines])
+def test_each_redirected_call_site_still_calls_cuda(site):
+    assert "cuda" in upstream_line(site).lower(), f"{site} no longer names CUDA: the recorded call sites moved"
+
+
+def test_the_patch_list_covers_every_library_the_harness_touches():
+    files = {p.upstream.split("/", 2)[0] + "/" + p.upstream.split("/", 2)[1] for p in PATCHES}
+    assert {"megatron/core", "megatron/bridge", "verl/workers", "verl/utils"} <= files
+    assert len({p.target for p in PATCHES}) == len(PATCHES)  # one entry per replaced attribute
