@@ -73,6 +73,8 @@ setup(
             "megatron-core==" + GPU_STACK["MEGATRON_CORE"],
             "mbridge[megatron]>=0.15,<0.16",
             "megatron-energon>=7,<8",
+            # Megatron-Bridge imports ModelOpt on every Hugging Face weight save (stage 1's checkpoint)
+            "nvidia-modelopt==" + GPU_STACK["MODELOPT"],
         ],
         # the GPU stack (Python 3.12, CUDA 13): verl_mopd/gpu_stack.py, the one place of its pins and of the
         # two further install steps no extra can express (README "GPU install")

@@ -29,6 +29,9 @@ PYTHON = "3.12"
 
 #: the Megatron-Core release of the GPU stack and of the CPU test suite (setup.py's test extra)
 MEGATRON_CORE = "0.19.2"
+#: ModelOpt, as verl 0.9.1's own ``megatron`` extra pins it: Megatron-Bridge 0.6.2 imports it on every
+#: Hugging Face weight save (``AutoBridge.save_hf_weights``), so the first checkpoint needs it
+MODELOPT = "0.44.0"
 
 #: installed with ``pip install --no-deps`` after the extras (step 2)
 NO_DEPS = {"sglang": "0.5.12", "megatron-bridge": "0.6.2"}
@@ -48,9 +51,9 @@ OVERRIDES = {
                                               "imports flashinfer",
     ("megatron-bridge", "flashinfer-cubin"): "as flashinfer-python",
     ("megatron-bridge", "megatron-core"): "megatron-core[mlm] 0.19.2 is installed, not its [dev] extra: Megatron-LM's "
-                                          "development and training-loop tools (ModelOpt, used by verl only for "
-                                          "quantization-aware training; TensorStore, Energon, a source build of "
-                                          "fast-hadamard-transform)",
+                                          "development and training-loop tools (TensorStore, Energon, a source build "
+                                          "of fast-hadamard-transform); of [dev], ModelOpt is installed (Megatron-Bridge "
+                                          "imports it on every HF weight save)",
     ("megatron-bridge", "open-clip-torch"): "3.2+ needs timm >= 1.0.17 against sglang 0.5.12's timm==1.0.16; "
                                         "megatron.bridge 0.6.2 never imports open_clip",
     ("megatron-bridge", "fast-hadamard-transform"): "source-only on PyPI; megatron.bridge 0.6.2 never imports it",
@@ -67,6 +70,7 @@ EXTRAS = {
         "verl[mcore]==0.9.1",
         *_TORCH,
         "megatron-core[mlm]==" + MEGATRON_CORE,
+        "nvidia-modelopt==" + MODELOPT,
         "transformer-engine[core-cu13]==2.14.1",
         # what the Transformer Engine PyTorch extension (step 3) needs besides torch and its core
         "onnx",

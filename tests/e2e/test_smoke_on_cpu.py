@@ -1,12 +1,15 @@
 """Both UI-MOPD stages through verl's own trainers on CPU: ``verl-mopd smoke``, checked, in CI.
 
-The one end-to-end run of the suite (~10 minutes on 2 cores, ~10 GB at its peak): verl's SFT
-trainer twice (stage 1), then ``python -m verl_mopd.trainer.main`` on the stage-2 recipe for two
-steps, a restart, and a third step from the checkpoint, on tiny Qwen3-VL models with screenshots.
-Then the smoke's checks are shown to fail on runs tampered with in the ways they guard against.
+The suite's end-to-end runs, on tiny Qwen3-VL models with screenshots: verl's SFT trainer twice
+(stage 1), then ``python -m verl_mopd.trainer.main`` on the stage-2 recipe for two steps, a restart,
+and a third step from the checkpoint. Once on the recipes' own layouts (verl's Megatron engine: SFT at
+TP 2, the student at TP 2, both teachers on the ``megatron`` backend, colocated), once on verl's FSDP
+engine with ``hf`` teachers, which users run too. Then the smoke's checks are shown to fail on runs
+tampered with in the ways they guard against.
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,22 +23,52 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def cache(tmp_path_factory):
+    """The warmed student's cache of this module's runs: the first run warms up, the second reuses it."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def _smoke(tmp_path_factory, cache, *args):
     out = tmp_path_factory.mktemp("smoke") / "run"
-    result = subprocess.run([sys.executable, "-m", "verl_mopd.cli", "smoke", "--out", str(out)],
-                            capture_output=True, text=True, timeout=3600)
+    result = subprocess.run([sys.executable, "-m", "verl_mopd.cli", "smoke", "--out", str(out), *args],
+                            capture_output=True, text=True, timeout=3600, check=False,
+                            env={**os.environ, "VERL_MOPD_CACHE": str(cache)})
     return out, result
 
 
-def test_both_stages_train_through_verls_trainers_and_every_check_passes(run):
-    out, result = run
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+    return _smoke(tmp_path_factory, cache)
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory, cache, run):  # after the Megatron run: its warmed student is reused
+    return _smoke(tmp_path_factory, cache, "--engine", "fsdp")
+
+
+def _passed(out, result) -> dict:
     assert result.returncode == 0, result.stdout[-8000:] + "\n" + result.stderr[-4000:]
-    checks = json.loads((out / "checks.json").read_text())
+    record = json.loads((out / "checks.json").read_text())
+    checks = record["checks"]
     assert len(checks) >= 20 and all(c["result"] == "PASS" for c in checks), checks
     names = " | ".join(c["check"] for c in checks)
-    for wanted in ("teacher log-probs = direct forward", "actor K3 sum", "gate fraction", "grad norm",
-                   "rewards vary", "both platforms", "rollout weights = actor weights", "resume"):
+    for wanted in ("teacher log-probs = direct forward", "student log-probs at step 1", "actor K3 sum",
+                   "gate fraction", "grad norm", "rewards vary", "both platforms", "rollout weights = actor weights",
+                   "resume"):
         assert wanted in names
+    return record
+
+
+def test_both_stages_train_through_verls_megatron_engine_and_every_check_passes(run):
+    out, result = run
+    record = _passed(out, result)
+    assert record["engines"] == {"stage1": "megatron", "actor": "megatron",
+                                 "teachers": {"desktop": "megatron", "mobile": "megatron"}}
+    assert record["actor_tp"] == 2
+    assert any(c["check"] == "actor: one train step at TP 2 = TP 1" for c in record["checks"])
+    # the teachers are the folders verl wrote through the bridge with the stage-1 checkpoints
+    for platform in ("desktop", "mobile"):
+        assert (out / "teachers" / platform).resolve().parts[-2:] == ("model", "huggingface")
     assert "checks passed" in result.stdout and "PASS" in result.stdout  # the table is printed
     # verl's own per-step metrics log, as its file logger writes it, both stage-2 processes
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -43,9 +76,17 @@ def test_both_stages_train_through_verls_trainers_and_every_check_passes(run):
     assert all("actor/mopd/k3_sum_kl_on" in line["data"] and "timing_s/step" in line["data"] for line in lines)
     phases = json.loads((out / "phases.json").read_text())
     assert [p["phase"] for p in phases] == ["data + models", "stage1/desktop", "stage1/mobile", "stage2",
-                                            "stage2_resume", "checks"]
+                                            "stage2_resume", "actor TP 2 = TP 1", "checks"]
     assert all(p["ok"] and p["seconds"] > 0 for p in phases)
     print("\n" + "\n".join(f"{p['phase']}: {p['seconds']} s" for p in phases))
+
+
+def test_both_stages_train_through_verls_fsdp_engine_and_every_check_passes(fsdp_run):
+    out, result = fsdp_run
+    record = _passed(out, result)
+    assert record["engines"] == {"stage1": "fsdp", "actor": "fsdp", "teachers": {"desktop": "hf", "mobile": "hf"}}
+    assert record["actor_tp"] == 1
+    assert "student warm-up: 250 steps, taken from" in result.stdout  # the Megatron run's, same inputs
 
 
 def _checks_of(root) -> dict[str, smoke.Check]:
@@ -83,6 +124,22 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     torch.save(step, dump)
     assert _failed(_checks_of(copy), "step 2: actor K3 sum")
     dump.write_bytes(original)
+
+    # the actor's step-1 log-probs of one sample 1e-4 nats off transformers' forward of the student
+    first = copy / "stage2" / "dumps" / "step_1.pt"
+    original_first = first.read_bytes()
+    step = torch.load(first, weights_only=False)
+    next(r for r in step["rows"] if not r["padding"])["student"][0] += 1e-4
+    torch.save(step, first)
+    assert _failed(_checks_of(copy), "student log-probs at step 1")
+    first.write_bytes(original_first)
+
+    # the TP 2 train step's gradient norm 1e-4 (relative) off TP 1's
+    tp2 = copy / "tp_check" / "tp2.json"
+    result = json.loads(tp2.read_text())
+    result["grad_norm"] *= 1 + 1e-4
+    tp2.write_text(json.dumps(result))
+    assert _failed(_checks_of(copy), "train step at TP 2")
 
     # the actor's logged K3 off by 0.2 %
     metrics = copy / "stage2" / "stage2_metrics.jsonl"

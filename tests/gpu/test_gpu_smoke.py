@@ -14,4 +14,4 @@ def test_gpu_smoke_run(tmp_path):
     result = subprocess.run([sys.executable, "-m", "verl_mopd.cli", "smoke", "--device", "cuda", "--out", str(out)],
                             capture_output=True, text=True, timeout=3600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-4000:]
-    assert all(c["result"] == "PASS" for c in json.loads((out / "checks.json").read_text()))
+    assert all(c["result"] == "PASS" for c in json.loads((out / "checks.json").read_text())["checks"])

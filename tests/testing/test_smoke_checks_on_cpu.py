@@ -26,6 +26,8 @@ def test_the_float64_k3_is_the_documented_function():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"device": "tpu"}, "--device 'tpu'"),
+    ({"engine": "deepspeed"}, "--engine 'deepspeed'"),
+    ({"device": "cuda", "engine": "fsdp"}, "--engine 'fsdp' with --device 'cuda'"),
     ({"timeout": 0}, "--timeout 0"),
     ({"timeout": float("nan")}, "--timeout nan"),
     ({"warmup_steps": -1}, "--warmup-steps -1"),

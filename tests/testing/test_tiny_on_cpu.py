@@ -99,6 +99,30 @@ def test_warm_up_fits_the_assistant_turns(folders, tmp_path):
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_a_warm_up_batch_is_what_the_processor_makes_of_the_batch(folders):
+    """warm_up processes each example once and pads batches itself: the same tensors as the processor's
+    own batch with ``padding=True`` (right), images of some samples only included."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(folders["student"])
+    processor.tokenizer.padding_side = "right"
+    texts = ["<|vision_start|><|image_pad|><|vision_end|>" + TEXTS[1], TEXTS[2],
+             "<|vision_start|><|image_pad|><|vision_end|>" + TEXTS[3]]
+    images = [[_image()], [], [_image(64, 64, 10)]]
+    samples = []
+    for text, pictures in zip(texts, images, strict=True):
+        inputs = processor(text=[text], images=pictures or None, return_tensors="pt")
+        samples.append((inputs, inputs["input_ids"].clone()))
+    for pick in ([1, 0, 2], [0, 1], [1]):
+        batch, labels = tiny._right_padded([samples[i] for i in pick], processor.tokenizer.pad_token_id)
+        pictures = [im for i in pick for im in images[i]]
+        want = processor(text=[texts[i] for i in pick], images=pictures or None, padding=True, return_tensors="pt")
+        assert set(batch) == set(want)
+        for key in want:
+            assert torch.equal(batch[key], want[key]), key
+        assert torch.equal(labels[batch["attention_mask"] == 0], torch.full_like(labels[batch["attention_mask"] == 0], -100))
+
+
 def _server(folder, response_length=12):
     config = SimpleNamespace(prompt_length=256, response_length=response_length)
     model_config = SimpleNamespace(local_path=str(folder), trust_remote_code=False)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verl_mopd.errors import UsageError
+from verl_mopd.gpu_stack import NO_DEPS
 
 PLATFORMS = ("desktop", "mobile")
 STAGE1_STEPS, STAGE2_STEPS, RESUME_STEP = 2, 3, 2
@@ -53,36 +54,66 @@ REPO_RECIPES = "recipes/ui_mopd"
 
 @dataclass(frozen=True)
 class Profile:
-    """What differs between the CPU and the GPU smoke: the recipes' smoke profiles and the tolerances."""
+    """What differs between the smoke's runs: the recipes' smoke profiles, engines and tolerances."""
 
+    device: str                         # cpu | cuda
     stage1: str                         # recipes/ui_mopd/smoke/<stage1>.yaml
     stage2: str                         # recipes/ui_mopd/smoke/<stage2>.yaml
-    merge_backend: str                  # verl's model merger backend of the stage-1 checkpoints
+    stage1_engine: str                  # verl's engine of the SFT trainer (megatron | fsdp)
+    actor_engine: str                   # verl's engine of the stage-2 actor (megatron | fsdp)
+    actor_tp: int                       # the actor's tensor-parallel size (what the profile sets; a test checks it)
     teacher_backends: dict[str, str]    # what the stage-2 profile sets (a test checks it)
     teacher_tolerance: dict[str, float]  # per teacher backend: max |stored - direct forward| (nats)
+    student_tolerance: float            # max |actor's old log-probs - direct forward of the student| (nats)
     k3_tolerance: float                 # relative: the actor's K3 sum against the float64 one of the dumps
     environment: Callable[[], dict[str, str]]
 
+    @property
+    def engines(self) -> dict:
+        """``checks.json``'s record of which engine ran each phase."""
+        return {"stage1": self.stage1_engine, "actor": self.actor_engine, "teachers": dict(self.teacher_backends)}
 
-def _cpu_environment() -> dict[str, str]:
-    from verl_mopd.testing.cpu import environment
 
-    return environment()
+def _cpu_environment(megatron: bool) -> Callable[[], dict[str, str]]:
+    def environment() -> dict[str, str]:
+        from verl_mopd.testing.cpu import environment
+
+        return environment(megatron=megatron, gpus=2 if megatron else 1)
+
+    return environment
 
 
 PROFILES = {
-    "cpu": Profile("stage1_cpu", "stage2_cpu", "fsdp", {"desktop": "hf", "mobile": "hf"}, {"hf": 1e-5}, 1e-3,
-                   _cpu_environment),
+    # the recipes' own layouts: verl's Megatron engine (stage 1 SFT at TP 2; the student at TP 2, both
+    # teachers megatron, colocated, forward only), fp32; the hf rollout stands in for SGLang
+    # (the student: 5e-5; the warmed, confident student's samples with images differ from transformers by up to
+    # 2.5e-5, the rest by < 1e-6: megatron_check's vision-tower residual, larger with larger logits)
+    "cpu": Profile("cpu", "stage1_cpu", "stage2_cpu", "megatron", "megatron", 2, {"desktop": "megatron", "mobile": "megatron"},
+                   {"megatron": 1e-5}, 5e-5, 1e-3, _cpu_environment(megatron=True)),
+    # verl's FSDP engine, which users run too: FSDP2 in fp32, hf teachers
+    "cpu-fsdp": Profile("cpu", "stage1_cpu_fsdp", "stage2_cpu_fsdp", "fsdp", "fsdp", 1, {"desktop": "hf", "mobile": "hf"},
+                        {"hf": 1e-5}, 1e-5, 1e-3, _cpu_environment(megatron=False)),
     # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32;
     # the actor's bfloat16 log-probs in the update against its own old_log_probs of the dump: 1e-2
-    "cuda": Profile("stage1_gpu", "stage2_gpu", "megatron", {"desktop": "hf", "mobile": "megatron"},
-                    {"hf": 1e-4, "megatron": 0.1}, 1e-2, dict),
+    "cuda": Profile("cuda", "stage1_gpu", "stage2_gpu", "megatron", "megatron", 1, {"desktop": "hf", "mobile": "megatron"},
+                    {"hf": 1e-4, "megatron": 0.1}, 0.1, 1e-2, dict),
 }
+ENGINES = ("megatron", "fsdp")
+
+
+def profile_name(device: str, engine: str) -> str:
+    """The :data:`PROFILES` key of ``--device`` and ``--engine``."""
+    name = device if engine == "megatron" else f"{device}-{engine}"
+    if name not in PROFILES:
+        raise UsageError(f"--engine {engine!r} with --device {device!r}: the smoke has "
+                         f"{sorted(PROFILES)} (--engine fsdp runs on the CPU only)")
+    return name
 
 
 @dataclass
 class SmokeConfig:
     device: str = "cpu"
+    engine: str = "megatron"
     out: str | None = None
     timeout: float = 900.0       # seconds, per trainer process
     warmup_steps: int = 250     # batches of 8: ~35 passes over the 53 SFT samples
@@ -92,8 +123,11 @@ class SmokeConfig:
     recipes: str | None = None   # default: the package's repository recipes folder
 
     def __post_init__(self):
-        if self.device not in PROFILES:
-            raise UsageError(f"--device {self.device!r}: allowed values are {sorted(PROFILES)}")
+        if self.device not in ("cpu", "cuda"):
+            raise UsageError(f"--device {self.device!r}: allowed values are ['cpu', 'cuda']")
+        if self.engine not in ENGINES:
+            raise UsageError(f"--engine {self.engine!r}: allowed values are {list(ENGINES)}")
+        profile_name(self.device, self.engine)
         if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout) and self.timeout > 0):
             raise UsageError(f"--timeout {self.timeout!r}: must be a positive number of seconds")
         if self.warmup_steps < 0:
@@ -207,33 +241,74 @@ def build_inputs(cfg: SmokeConfig, paths: Paths) -> dict[str, Path]:
     base = tiny.save_model(paths.models / "teacher_base", tokenizer, processor, "teacher", seed=cfg.seed + 1)
     tiny.check_tokenizer(base, texts)
     student = tiny.save_model(paths.models / "student", tokenizer, processor, "student", seed=cfg.seed)
-    losses = tiny.warm_up(student, tiny.sft_examples([sft[p] / "train.parquet" for p in PLATFORMS]),
-                          steps=cfg.warmup_steps, lr=cfg.warmup_lr, seed=cfg.seed)
-    if losses:
-        print(f"[smoke] student warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {sum(losses[-20:]) / len(losses[-20:]):.2f}")
+    warm_up_student(cfg, student, [sft[p] / "train.parquet" for p in PLATFORMS])
     return {"rl": rl, "base": base, "student": student, **{f"sft_{p}": sft[p] for p in PLATFORMS}}
 
 
-def merge_checkpoint(backend: str, step_folder: Path, target: Path) -> None:
-    """verl's model merger (``python -m verl.model_merger merge``), in this process."""
-    from verl.model_merger.base_model_merger import generate_config_from_args, parse_args
+def warm_up_student(cfg: SmokeConfig, student: Path, sft_files: list[Path]) -> None:
+    """:func:`verl_mopd.testing.tiny.warm_up`, or its weights from an earlier run with the same inputs.
 
-    argv = ["merge", "--backend", backend, "--local_dir", str(step_folder), "--target_dir", str(target)]
+    The warmed weights are kept in ``$VERL_MOPD_CACHE`` (default ``~/.cache/verl-mopd``) under the sha256 of
+    everything the warm-up reads: the random student's files, the SFT parquet, the steps, lr and seed,
+    and the warm-up's own source. A second smoke on this machine (the other engine, say) skips it.
+    """
+    import hashlib
+    import inspect
+    import shutil
+
+    from verl_mopd.testing import tiny
+
+    digest = hashlib.sha256(inspect.getsource(tiny.warm_up).encode() + inspect.getsource(tiny._right_padded).encode())
+    for path in sorted(student.iterdir()) + sorted(sft_files):
+        digest.update(path.name.encode() + path.read_bytes())
+    digest.update(f"{cfg.warmup_steps} {cfg.warmup_lr} {cfg.seed}".encode())
+    cached = Path(os.environ.get("VERL_MOPD_CACHE", Path.home() / ".cache" / "verl-mopd")) / "smoke-student" / \
+        digest.hexdigest()[:32] / "model.safetensors"
+    if cached.is_file():
+        shutil.copyfile(cached, student / "model.safetensors")
+        print(f"[smoke] student warm-up: {cfg.warmup_steps} steps, taken from {cached.parent} (same inputs)")
+        return
+    losses = tiny.warm_up(student, tiny.sft_examples(sft_files), steps=cfg.warmup_steps, lr=cfg.warmup_lr,
+                          seed=cfg.seed)
+    if losses:
+        tail = losses[-20:]
+        print(f"[smoke] student warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {sum(tail) / len(tail):.2f}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(".partial")
+    shutil.copyfile(student / "model.safetensors", partial)
+    partial.replace(cached)
+
+
+def teacher_folder(engine: str, step_folder: Path, target: Path) -> None:
+    """The stage-1 teacher's Hugging Face folder at ``target``, from verl's checkpoint ``step_folder``.
+
+    Megatron: the folder verl writes through the bridge with every checkpoint
+    (``global_step_N/model/huggingface``), linked, never converted (verl's Megatron merger cannot read
+    Qwen3-VL). FSDP: verl's FSDP model merger (``python -m verl.model_merger merge``), in this process.
+    """
+    if engine == "megatron":
+        folder = step_folder / "model" / "huggingface"
+        if not (folder / "config.json").is_file():
+            raise PhaseFailed(f"{folder}: verl wrote no Hugging Face folder with the stage-1 checkpoint")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(os.path.relpath(folder, target.parent), target_is_directory=True)
+        return
+    from verl.model_merger.base_model_merger import generate_config_from_args, parse_args
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    argv = ["merge", "--backend", "fsdp", "--local_dir", str(step_folder), "--target_dir", str(target)]
     saved, sys.argv = sys.argv, ["verl.model_merger", *argv]
     try:
         config = generate_config_from_args(parse_args())
     finally:
         sys.argv = saved
-    if backend == "fsdp":
-        from verl.model_merger.fsdp_model_merger import FSDPModelMerger as Merger
-    else:
-        from verl.model_merger.megatron_model_merger import MegatronModelMerger as Merger
-    Merger(config).merge_and_save()
+    FSDPModelMerger(config).merge_and_save()
 
 
-def preflight(device: str) -> None:
+def preflight(device: str, profile: Profile) -> None:
     """What the profile needs that a bad install lacks, as one clear error before anything runs."""
     import importlib
+    import importlib.util
 
     missing = []
     for module, why in (("torchvision", "Qwen3-VL's video processor and qwen_vl_utils, which verl's datasets read "
@@ -245,6 +320,14 @@ def preflight(device: str) -> None:
     if missing:
         raise UsageError("the smoke's Qwen3-VL models need " + "; ".join(missing) +
                          ". Install the test extra (pip install -e '.[test]': torch and torchvision as a matching pair)")
+    if device == "cpu" and profile.actor_engine == "megatron":
+        absent = [name for module, name in (("megatron.core", "megatron-core"), ("megatron.bridge", "megatron-bridge"),
+                                            ("modelopt", "nvidia-modelopt"))
+                  if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None]
+        if absent:
+            raise UsageError(f"the smoke runs verl's Megatron engine on CPU and needs {', '.join(absent)} (Python 3.12): "
+                             "pip install -e '.[test]' && pip install --no-deps megatron-bridge==" +
+                             NO_DEPS["megatron-bridge"] + "; or run verl's FSDP engine: verl-mopd smoke --engine fsdp")
     if device == "cuda":
         import torch
 
@@ -259,8 +342,8 @@ def preflight(device: str) -> None:
 
 def run_smoke(cfg: SmokeConfig) -> int:
     """The whole smoke; returns the exit code (0: every check passed)."""
-    profile = PROFILES[cfg.device]
-    preflight(cfg.device)
+    profile = PROFILES[profile_name(cfg.device, cfg.engine)]
+    preflight(cfg.device, profile)
     root = Path(cfg.out or tempfile.mkdtemp(prefix="verl_mopd_smoke_")).resolve()
     recipes = Path(cfg.recipes).resolve() if cfg.recipes else default_recipes()
     if not (recipes / "stage2_mopd_qwen3vl8b.yaml").is_file():
@@ -271,7 +354,9 @@ def run_smoke(cfg: SmokeConfig) -> int:
     for folder in (paths.logs, paths.stage2):
         folder.mkdir(parents=True, exist_ok=True)
     log = PhaseLog(root / "phases.json")
-    print(f"[smoke] {cfg.device} profile, output in {root}")
+    name = profile_name(cfg.device, cfg.engine)
+    print(f"[smoke] {name} profile (stage 1: {profile.stage1_engine}; actor: {profile.actor_engine}, TP "
+          f"{profile.actor_tp}; teachers: {profile.teacher_backends}), output in {root}")
     env = profile.environment()
     try:
         with log.phase("data + models"):
@@ -285,12 +370,16 @@ def run_smoke(cfg: SmokeConfig) -> int:
         with (root / "metrics.jsonl").open("w", encoding="utf-8") as merged:
             for name in ("stage2", "stage2_resume"):
                 merged.write((paths.stage2 / f"{name}_metrics.jsonl").read_text(encoding="utf-8"))
+        if checks_tensor_parallel(profile):
+            with log.phase(f"actor TP {profile.actor_tp} = TP 1"):
+                run_tp_check(paths, profile, env, inputs["student"], cfg.timeout)
         with log.phase("checks"):
             checks = run_checks(paths, profile)
     except PhaseFailed as exc:
         print(f"[smoke] FAILED: {exc}", file=sys.stderr)
         return 1
-    (root / "checks.json").write_text(json.dumps([c.as_dict() for c in checks], indent=1))
+    (root / "checks.json").write_text(json.dumps({"engines": profile.engines, "actor_tp": profile.actor_tp,
+                                                  "checks": [c.as_dict() for c in checks]}, indent=1))
     print(format_table(checks))
     failed = [c for c in checks if not c.passed]
     total = sum(r["seconds"] for r in log.records)
@@ -310,7 +399,7 @@ def run_stage1(paths: Paths, profile: Profile, env: dict, inputs: dict, platform
     run_process([sys.executable, "-m", "verl.trainer.sft_trainer_ray", f"--config-path={paths.recipes}",
                  f"--config-name=stage1_teacher_sft_{platform}", f"+smoke={profile.stage1}"],
                 stage1_env, paths.logs / f"stage1_{platform}.log", timeout, cwd=folder)
-    merge_checkpoint(profile.merge_backend, stage1_step_folder(folder, STAGE1_STEPS), paths.teacher(platform))
+    teacher_folder(profile.stage1_engine, stage1_step_folder(folder, STAGE1_STEPS), paths.teacher(platform))
 
 
 def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: str, steps: int,
@@ -328,6 +417,28 @@ def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: st
                  "--config-name=stage2_mopd_qwen3vl8b", f"+smoke={profile.stage2}",
                  f"trainer.total_training_steps={steps}"],
                 stage2_env, paths.logs / f"{name}.log", timeout, cwd=paths.stage2)
+
+
+def checks_tensor_parallel(profile: Profile) -> bool:
+    """Whether the smoke compares a training step of the actor at its TP size with TP 1 (Megatron, CPU)."""
+    return profile.device == "cpu" and profile.actor_engine == "megatron" and profile.actor_tp > 1
+
+
+def run_tp_check(paths: Paths, profile: Profile, env: dict, student: Path, timeout: float) -> None:
+    """:mod:`verl_mopd.testing.megatron_check` on the student at TP 1 and at the actor's TP (sequence
+    parallel on, verl's default): one training step of verl's Megatron engine each, in fp32."""
+    import socket
+
+    folder = paths.root / "tp_check"
+    folder.mkdir(exist_ok=True)
+    for tp in (1, profile.actor_tp):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        run_process([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(tp), "--master_port",
+                     str(port), "-m", "verl_mopd.testing.megatron_check", "--model", str(student), "--tp", str(tp),
+                     "--train", "--out", str(folder / f"tp{tp}.json")],
+                    env, paths.logs / f"tp_check_tp{tp}.log", timeout, cwd=folder)
 
 
 def stage1_step_folder(folder: Path, step: int) -> Path:
@@ -406,6 +517,9 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
         sorted(first) == [1, 2] and sorted(resumed) == [3] and sorted(dumps) == [1, 2, 3],
         f"first process logged steps {sorted(first)}, the resumed one {sorted(resumed)}; dumps of {sorted(dumps)}"))
     check("teacher log-probs = direct forward", lambda: _check_teachers(paths, profile, dumps))
+    check("student log-probs at step 1 = direct forward", lambda: _check_student(paths, profile, dumps))
+    if checks_tensor_parallel(profile):
+        check(f"actor: one train step at TP {profile.actor_tp} = TP 1", lambda: _check_tp(paths, profile))
     for step in sorted(metrics):
         m, rows = metrics[step], [r for r in dumps.get(step, []) if not r["padding"]]
         check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs",
@@ -439,7 +553,7 @@ def _check_teachers(paths: Paths, profile: Profile, dumps: dict[int, list]) -> t
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    device = "cuda" if torch.cuda.is_available() and profile is PROFILES["cuda"] else "cpu"
+    device = "cuda" if torch.cuda.is_available() and profile.device == "cuda" else "cpu"
     backends = profile.teacher_backends
     worst: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -460,6 +574,43 @@ def _check_teachers(paths: Paths, profile: Profile, dumps: dict[int, list]) -> t
     ok = all(counts.get(p, 0) > 0 and worst[p] <= tolerance[p] for p in PLATFORMS)
     return ok, "; ".join(f"{p} ({backends[p]}): {counts.get(p, 0)} samples, max err {worst.get(p, float('nan')):.2e} "
                          f"<= {tolerance[p]:g}" for p in PLATFORMS)
+
+
+def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    """The actor's log-probs of step 1 (``old_log_probs``, before any update) against transformers' fp32
+    forward of the student checkpoint the run started from."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    device = "cuda" if torch.cuda.is_available() and profile.device == "cuda" else "cpu"
+    path = paths.models / "student"
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    image_token = AutoConfig.from_pretrained(path).image_token_id
+    worst, count = 0.0, 0
+    for row in dumps.get(1, []):
+        if row["padding"]:
+            continue
+        n = int(row["response_mask"].sum())
+        want = direct_response_logprobs(model, row["input_ids"], len(row["student"]), row["multi_modal_inputs"],
+                                        image_token, device)
+        worst = max(worst, (row["student"][:n].double() - want[:n]).abs().max().item())
+        count += 1
+    ok = count > 0 and worst <= profile.student_tolerance
+    return ok, (f"{profile.actor_engine} actor, {count} samples of step 1: max |old_log_probs - transformers fp32| "
+                f"{worst:.2e} <= {profile.student_tolerance:g}")
+
+
+def _check_tp(paths: Paths, profile: Profile) -> tuple[bool, str]:
+    """One training step of the student at the actor's TP (sequence parallel) = at TP 1: loss and grad norm
+    (relative 1e-5, fp32), and every TP-replicated parameter's gradient equal on the TP ranks."""
+    one, many = (json.loads((paths.root / "tp_check" / f"tp{tp}.json").read_text()) for tp in (1, profile.actor_tp))
+    loss = abs(many["loss"] - one["loss"]) / abs(one["loss"])
+    norm = abs(many["grad_norm"] - one["grad_norm"]) / abs(one["grad_norm"])
+    spread = many["replicated_grad_spread"]
+    ok = loss <= 1e-5 and norm <= 1e-5 and many["sequence_parallel"] and not spread["over_1e-6"]
+    return ok, (f"loss {one['loss']:.6f} / {many['loss']:.6f}, grad norm {one['grad_norm']:.6f} / "
+                f"{many['grad_norm']:.6f} (relative {loss:.1e}, {norm:.1e} <= 1e-5); sequence parallel "
+                f"{many['sequence_parallel']}; replicated grads differing across TP ranks: {spread['over_1e-6'] or 'none'}")
 
 
 def direct_response_logprobs(model, input_ids, n_response: int, multi_modal_inputs, image_token_id: int,
@@ -580,8 +731,11 @@ def _same_state(on_disk: dict, state: dict) -> bool:
 
 # ------------------------------------------------------------------------------------ CLI
 def add_smoke_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", choices=sorted(PROFILES), default="cpu",
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cpu: verl's trainers on the CPU harness (default); cuda: one GPU, Megatron-Core and SGLang")
+    parser.add_argument("--engine", choices=list(ENGINES), default="megatron",
+                        help="verl's training engine: megatron, the recipes' own layouts (default); fsdp: verl's FSDP "
+                             "engine with hf teachers (CPU only)")
     parser.add_argument("--out", help="folder for everything the run leaves (default: a new temporary folder)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds each trainer process may run (default 900)")
     parser.add_argument("--warmup-steps", type=int, default=250,
@@ -591,5 +745,5 @@ def add_smoke_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_smoke_command(args: argparse.Namespace) -> int:
-    return run_smoke(SmokeConfig(device=args.device, out=args.out, timeout=args.timeout,
+    return run_smoke(SmokeConfig(device=args.device, engine=args.engine, out=args.out, timeout=args.timeout,
                                  warmup_steps=args.warmup_steps, recipes=args.recipes))

@@ -245,16 +245,18 @@ def warm_up(folder: str | os.PathLike, examples: Sequence[dict[str, Any]], steps
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     processor = AutoProcessor.from_pretrained(folder)
-    processor.tokenizer.padding_side = "right"
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     model.train()
-    texts, images, prompt_lens = [], [], []
+    samples = []  # each example processed once (the image processor is most of a step's cost otherwise)
     for example in examples:
         *context, answer = _chat(example["messages"])
         prompt = processor.apply_chat_template(context, add_generation_prompt=True, tokenize=False)
-        texts.append(prompt + answer["content"][0]["text"] + EOS + "\n")
-        images.append(list(example["images"]))
-        prompt_lens.append(len(processor(text=[prompt], images=example["images"] or None)["input_ids"][0]))
+        text = prompt + answer["content"][0]["text"] + EOS + "\n"
+        pictures = list(example["images"]) or None
+        inputs = processor(text=[text], images=pictures, return_tensors="pt")
+        labels = inputs["input_ids"].clone()
+        labels[0, : len(processor(text=[prompt], images=pictures)["input_ids"][0])] = -100
+        samples.append((inputs, labels))
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     order: list[int] = []
@@ -263,12 +265,7 @@ def warm_up(folder: str | os.PathLike, examples: Sequence[dict[str, Any]], steps
         if len(order) < batch_size:
             order += torch.randperm(len(examples), generator=generator).tolist()
         pick, order = order[:batch_size], order[batch_size:]
-        pictures = [im for i in pick for im in images[i]]
-        inputs = processor(text=[texts[i] for i in pick], images=pictures or None, padding=True, return_tensors="pt")
-        labels = inputs["input_ids"].clone()
-        labels[inputs["attention_mask"] == 0] = -100
-        for row, i in enumerate(pick):
-            labels[row, : prompt_lens[i]] = -100
+        inputs, labels = _right_padded([samples[i] for i in pick], processor.tokenizer.pad_token_id)
         loss = model(**inputs, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
@@ -277,3 +274,23 @@ def warm_up(folder: str | os.PathLike, examples: Sequence[dict[str, Any]], steps
     model.eval()
     model.save_pretrained(folder)
     return losses
+
+
+def _right_padded(samples: Sequence[tuple[dict, torch.Tensor]], pad_id: int) -> tuple[dict, torch.Tensor]:
+    """One batch of separately processed samples, as the processor would have made it with ``padding=True``
+    (``padding_side="right"``): per-token rows right-padded (``input_ids`` with ``pad_id``, masks with 0,
+    labels with -100), images concatenated in sample order."""
+    width = max(inputs["input_ids"].shape[1] for inputs, _ in samples)
+
+    def pad(row: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.nn.functional.pad(row, (0, width - row.shape[1]), value=value)
+
+    batch = {}
+    for key in dict.fromkeys(key for inputs, _ in samples for key in inputs):
+        rows = [inputs[key] for inputs, _ in samples if key in inputs]
+        if key in ("pixel_values", "image_grid_thw"):
+            batch[key] = torch.cat(rows)
+        else:
+            batch[key] = torch.cat([pad(row, pad_id if key == "input_ids" else 0) for row in rows])
+    return batch, torch.cat([pad(labels, -100) for _, labels in samples])
+

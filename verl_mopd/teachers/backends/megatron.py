@@ -173,7 +173,9 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
         group = mpu.get_model_parallel_group()
         if torch.distributed.get_world_size(group=group) == 1:
             return None, self._global_rank(), None
-        return group, mpu.get_model_parallel_src_rank(), torch.device(get_device_name(), get_device_id())
+        device = get_device_id()  # an index on a GPU; the CPU platform's device is the string "cpu"
+        device = torch.device(device) if isinstance(device, str) else torch.device(get_device_name(), device)
+        return group, mpu.get_model_parallel_src_rank(), device
 
     @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
     def compute_teacher_log_prob(self, shard):

@@ -13,8 +13,8 @@ How a process gets it (every Ray worker inherits the environment; :func:`environ
     VERL_PLATFORM=cpu VERL_USE_EXTERNAL_MODULES=verl_mopd.testing.cpu.platform \
     RAY_OVERRIDE_RESOURCES='{"CPU": 16, "GPU": 1}' python -m verl_mopd.trainer.main ...
 
-``RAY_OVERRIDE_RESOURCES`` gives any ``ray.init()`` (verl's SFT trainer calls it bare) one fake GPU
-and 16 logical CPUs for verl's resource pools and Ray actors. The run config comes from a recipe's
+``RAY_OVERRIDE_RESOURCES`` gives any ``ray.init()`` (verl's SFT trainer calls it bare) fake GPUs
+(one by default) and 16 logical CPUs each for verl's resource pools and Ray actors. The run config comes from a recipe's
 CPU layout (``recipes/ui_mopd/layout/stage{1,2}_cpu.yaml``: the FSDP engine in fp32, sdpa, no
 ``torch.compile``, the ``hf`` rollout, one TransferQueue storage unit). Never import
 ``verl_mopd.testing.cpu.platform`` yourself: ``import verl`` loads it (through
@@ -35,13 +35,14 @@ MEGATRON_MODULE = "verl_mopd.testing.cpu.megatron"
 __all__ = ["PLATFORM_MODULE", "MEGATRON_MODULE", "environment"]
 
 
-def environment(threads: int = 1, megatron: bool = False) -> dict[str, str]:
+def environment(threads: int = 1, megatron: bool = False, gpus: int = 1) -> dict[str, str]:
     """The environment variables that put verl (and every Ray worker it starts) on the CPU harness.
 
     Args:
         threads: torch / OpenMP threads per process (a CPU run starts ~10 processes).
         megatron: also load :mod:`verl_mopd.testing.cpu.megatron` (verl's Megatron engine on CPU: needs
             megatron-core and Megatron-Bridge); and keep verl's ``torch.compile`` calls from compiling.
+        gpus: the fake GPUs Ray is given (a TP 2 actor needs 2; each is one process on the CPU).
     """
     modules = [PLATFORM_MODULE, MEGATRON_MODULE] if megatron else [PLATFORM_MODULE]
     return {
@@ -52,5 +53,5 @@ def environment(threads: int = 1, megatron: bool = False) -> dict[str, str]:
         "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
-        "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 16, "GPU": 1}),
+        "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 16 * gpus, "GPU": gpus}),
     }

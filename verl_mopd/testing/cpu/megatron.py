@@ -28,10 +28,12 @@ Registrations:
 Patches (:data:`PATCHES`):
 
 - the CUDA redirect: megatron-core allocates with ``device="cuda"``, asks ``torch.cuda`` for the
-  current device, streams and RNG state, and asserts ``tensor.type() == "torch.cuda.FloatTensor"``
-  (the call sites it meets in the tests are in :data:`REDIRECTED_CALL_SITES`). A
-  :class:`~torch.overrides.TorchFunctionMode` maps CUDA devices to the CPU and answers ``type()``
-  as CUDA would; ``torch.cuda``'s device, stream, RNG and memory functions get CPU stand-ins;
+  current device, streams and RNG state, asserts ``tensor.type() == "torch.cuda.FloatTensor"``, and
+  verl offloads into pinned host memory (the call sites met in the tests are in
+  :data:`REDIRECTED_CALL_SITES`; ``VERL_MOPD_CPU_RECORD=PREFIX`` makes each process write the ones it
+  met). A :class:`~torch.overrides.TorchFunctionMode` maps CUDA devices to the CPU, pinned memory to
+  plain memory, and answers ``type()`` as CUDA would; ``torch.cuda``'s device, stream, RNG and memory
+  functions get CPU stand-ins;
 - megatron's RNG tracker reads and sets the CPU generator (else ``fork()`` silently does not fork);
 - ``import megatron.bridge`` runs with a stand-in ``transformer_engine`` module (Megatron-Bridge
   0.6.2 imports ``transformer_engine.pytorch`` unconditionally in modules the GPT and Qwen3-VL paths
@@ -39,7 +41,11 @@ Patches (:data:`PATCHES`):
 - verl's fused log-prob kernel (Triton, CUDA only) is computed in torch with verl's own
   vocab-parallel functions, so ``use_fused_kernels: true`` layouts run unchanged;
 - ``McoreEngineConfig`` admits ``float32`` (verl allows ``bfloat16`` / ``float16``; the CPU checks
-  compare against transformers in fp32).
+  compare against transformers in fp32);
+- a resume of megatron's distributed optimizer: without Transformer Engine or Apex it reads the step
+  from torch Adam's per-parameter state, which is empty before a first step (it is filled as it is
+  then: step 0, zero moments, which changes nothing a step computes); and in fp32 its main parameters
+  are views of the model's, which the load copies into in place (under ``no_grad``, as a load is).
 
 ``TORCHDYNAMO_DISABLE=1`` (in :func:`verl_mopd.testing.cpu.environment`) keeps verl's
 ``torch.compile`` of its vocab-parallel entropy from compiling for 40 s on CPU.
@@ -100,7 +106,8 @@ def _is_cuda(device) -> bool:
 
 
 class _CudaToCPU(TorchFunctionMode):
-    """CUDA devices in torch calls become the CPU; ``Tensor.type()`` answers ``torch.cuda.*``."""
+    """CUDA devices in torch calls become the CPU, pinned host memory plain memory; ``Tensor.type()``
+    answers ``torch.cuda.*``."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -113,9 +120,15 @@ class _CudaToCPU(TorchFunctionMode):
                 _record("Tensor.type()")
                 return "torch.cuda." + name[len("torch."):]
             return name
+        if func is torch.Tensor.pin_memory:
+            _record("Tensor.pin_memory()")
+            return args[0]
         if _is_cuda(kwargs.get("device")):
             _record("device=cuda")
             kwargs = {**kwargs, "device": "cpu"}
+        if kwargs.get("pin_memory"):  # page-locking needs the CUDA driver; without a GPU it buys nothing
+            _record("pin_memory=True")
+            kwargs = {**kwargs, "pin_memory": False}
         if func is torch.Tensor.to and any(_is_cuda(a) for a in args[1:]):
             _record("Tensor.to(cuda)")
             args = tuple("cpu" if i and _is_cuda(a) else a for i, a in enumerate(args))
@@ -259,16 +272,10 @@ def _attention_base():
     return DotProductAttention
 
 
-def _thd_mask(cu_seqlens: torch.Tensor, tokens: int, causal: bool) -> torch.Tensor:
-    """``(1, 1, t, t)`` bool, True = masked: attention only within each sequence of a THD pack."""
-    segment = torch.zeros(tokens, dtype=torch.long, device=cu_seqlens.device)
-    starts = cu_seqlens[1:-1].long()
-    segment[starts[starts < tokens]] = 1
-    segment = segment.cumsum(0)
-    allowed = segment[:, None] == segment[None, :]
-    if causal:
-        allowed &= torch.ones(tokens, tokens, dtype=torch.bool, device=cu_seqlens.device).tril()
-    return ~allowed[None, None]
+def _segments(cu_seqlens: torch.Tensor, tokens: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of each sequence of a THD pack of ``tokens`` tokens (empty ones dropped)."""
+    bounds = [min(int(b), tokens) for b in cu_seqlens.tolist()]
+    return [(start, end) for start, end in zip(bounds[:-1], bounds[1:], strict=True) if end > start]
 
 
 #: megatron's ``DotProductAttention`` with the THD layout; defined by :func:`_make_attention` in :func:`install`
@@ -283,11 +290,11 @@ def _make_attention():
     class CPUDotProductAttention(base):
         """megatron's local ``DotProductAttention`` plus the packed THD layout TE's attention takes.
 
-        THD: ``q, k, v`` are ``(t, heads, dim)`` with ``packed_seq_params.cu_seqlens_q(_padded)``; they
-        are attended as one batch of one with a block-diagonal mask (causal for a causal layer, full
-        within each sequence for the ViT). BSHD: verl passes a ``(b, s)`` keep-mask that a causal
-        layer does not need (right padding never precedes a real token); TE ignores it, and so does
-        this class.
+        THD: ``q, k, v`` are ``(t, heads, dim)`` with ``packed_seq_params.cu_seqlens_q(_padded)``; each
+        sequence of the pack is attended on its own (causal for a causal layer, full for the ViT), as
+        TE's varlen kernels do, so the cost is the sum of the squared lengths, not the pack's square.
+        BSHD: verl passes a ``(b, s)`` keep-mask that a causal layer does not need (right padding
+        never precedes a real token); TE ignores it, and so does this class.
         """
 
         def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
@@ -301,9 +308,16 @@ def _make_attention():
             cu_seqlens = packed_seq_params.cu_seqlens_q_padded
             if cu_seqlens is None:
                 cu_seqlens = packed_seq_params.cu_seqlens_q
-            mask = _thd_mask(cu_seqlens, query.shape[0], causal=mask_type == AttnMaskType.causal)
-            return super().forward(query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1), mask,
-                                   attn_mask_type=attn_mask_type, attention_bias=attention_bias)
+            causal = mask_type == AttnMaskType.causal
+            outputs = []
+            for start, end in _segments(cu_seqlens, query.shape[0]):
+                mask = None
+                if causal:  # megatron: True = masked
+                    mask = torch.ones(end - start, end - start, dtype=torch.bool, device=query.device).triu(1)
+                outputs.append(super().forward(query[start:end].unsqueeze(1), key[start:end].unsqueeze(1),
+                                               value[start:end].unsqueeze(1), mask if mask is None else mask[None, None],
+                                               attn_mask_type=attn_mask_type, attention_bias=attention_bias))
+            return torch.cat(outputs, dim=0)
 
     CPUDotProductAttention.__module__ = __name__
     return CPUDotProductAttention
@@ -462,6 +476,39 @@ def _fused_kernels() -> None:
     fused.linear_cross_entropy = torch_linear_cross_entropy
 
 
+def _fresh_adam_state(optimizer) -> None:
+    """torch Adam's per-parameter state as it is before a first step (``step`` 0, zero moments), for every
+    parameter that has none yet: what a step from it does is unchanged."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if optimizer.state[param]:
+                continue
+            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param), "exp_avg_sq": torch.zeros_like(param)}
+            if group.get("amsgrad"):
+                state["max_exp_avg_sq"] = torch.zeros_like(param)
+            optimizer.state[param] = state
+
+
+def _optimizer_state_before_a_step() -> None:
+    from megatron.core.optimizer import distrib_optimizer
+
+    cls = distrib_optimizer.DistributedOptimizer
+    if getattr(cls.state_dict, "_cpu_harness", False) or distrib_optimizer.HAVE_APEX_OR_TE:
+        return
+    original = cls.state_dict
+
+    def state_dict(self):
+        if isinstance(self.optimizer, torch.optim.Adam | torch.optim.AdamW):
+            _fresh_adam_state(self.optimizer)  # a resume loads into an optimizer that has not stepped yet
+        return original(self)
+
+    state_dict._cpu_harness = True
+    cls.state_dict = state_dict
+    # an fp32 model's optimizer shards are views of its parameters: a resume copies into them in place
+    setter = cls._set_main_param_and_optimizer_states
+    cls._set_main_param_and_optimizer_states = torch.no_grad()(setter)
+
+
 def _float32_engine() -> None:
     from verl.workers.config.engine import McoreEngineConfig
 
@@ -540,6 +587,7 @@ def install() -> None:
     _import_megatron_bridge()
     _local_specs()
     _fused_kernels()
+    _optimizer_state_before_a_step()
     _float32_engine()
     _register_engines()
     cuda_redirect().__enter__()  # the importing thread (a torchrun rank's main thread) keeps it on

@@ -60,6 +60,13 @@ PATCHES: list[Patch] = [
           "Megatron-Bridge imports transformer_engine.pytorch unconditionally"),
     Patch("verl.models.mcore.model_forward_fused:linear_cross_entropy", "verl/utils/kernel/kernels.py:577",
           "assert hidden.is_cuda", "verl's fused log-prob kernel is Triton, CUDA only"),
+    Patch("megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.state_dict",
+          "megatron/core/optimizer/distrib_optimizer.py:839", "assert len(steps) == 1",
+          "without Transformer Engine or Apex, a resume reads the step from torch Adam's state, which is empty "
+          "before the first step: the state is filled as it is before a step"),
+    Patch("megatron.core.optimizer.distrib_optimizer:DistributedOptimizer._set_main_param_and_optimizer_states",
+          "megatron/core/optimizer/distrib_optimizer.py:1225", "dst_tensors[key].copy_(tensors[key])",
+          "in fp32 the main parameters are views of the model's: a resume's in-place copy runs under no_grad"),
     Patch("verl.workers.config.engine:McoreEngineConfig.__post_init__", "verl/workers/config/engine.py:218",
           'assert self.dtype in ["bfloat16", "float16"]', "the CPU checks run the engine in float32"),
 ]
