@@ -48,6 +48,7 @@ PINNED = {
         "selected_prompt_uids",
         "partition_snapshot",
     ],
+    "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._sync_metadata_from_transfer_queue": ["self"],
     "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer._select_prompt_uids": [
         "self",
         "partition_id",
