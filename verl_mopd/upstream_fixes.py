@@ -18,6 +18,13 @@ corrected twice. ``VERL_MOPD_UPSTREAM_FIXES=none`` turns them all off (the tests
   ``scatter_to_sequence_parallel_region`` does. Cost: one all-reduce over the TP group per deepstack
   layer and backward pass, of the image tokens' embeddings (``3 x n_image_tokens x hidden`` values
   for Qwen3-VL-8B's three deepstack layers).
+- :func:`qwen3_vl_merger_gelu`: Megatron-Bridge builds Qwen3-VL's patch mergers (the final one and the
+  deepstack ones) with the vision tower's ``gelu(approximate="tanh")``, where the Hugging Face model
+  the checkpoints come from (and SGLang's, which samples the rollouts) uses the exact erf GELU
+  (``nn.GELU()``). Measured on CPU, fp32: the log-probs of every sample with an image differ from
+  transformers' by up to 1.5e-5 (2.5e-5 for a confident, warmed-up model), the text-only ones by
+  3e-7; with the exact GELU, every sample is within 5e-7. The fix sets each merger's activation to
+  the exact GELU after its ``__init__``. Cost: none measurable.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import os
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 
-__all__ = ["FIXES", "enabled", "qwen3_vl_deepstack_grads"]
+__all__ = ["FIXES", "enabled", "qwen3_vl_deepstack_grads", "qwen3_vl_merger_gelu"]
 
 logger = logging.getLogger("verl_mopd")
 
@@ -41,27 +48,34 @@ def enabled() -> bool:
     return os.environ.get("VERL_MOPD_UPSTREAM_FIXES", "all").strip().lower() != "none"
 
 
-def qwen3_vl_deepstack_grads() -> bool:
-    """Sum the deepstack embeddings' gradients over the TP group under sequence parallelism (see the module
-    docstring). Returns whether the fix is in place."""
-    import importlib
-
+def _applies(affected: tuple[str, ...], what: str) -> bool:
+    """Whether a fix of ``what`` in the Megatron-Bridge releases ``affected`` applies here (a warning when
+    another release is installed: it may have fixed the bug itself, and must not be corrected twice)."""
     if not enabled():
         return False
     try:
         installed = version("megatron-bridge")
     except PackageNotFoundError:
         return False
+    if installed in affected:
+        return True
+    message = (f"verl-mopd: Megatron-Bridge {installed} is not one of {affected}, whose {what} it corrects; not "
+               "applied. Run tests/testing/test_megatron_engine_on_cpu.py to see whether this release needs it")
+    logger.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return False
+
+
+def qwen3_vl_deepstack_grads() -> bool:
+    """Sum the deepstack embeddings' gradients over the TP group under sequence parallelism (see the module
+    docstring). Returns whether the fix is in place."""
+    import importlib
+
+    if not _applies(QWEN3_VL_DEEPSTACK_AFFECTED, "Qwen3-VL vision gradients under TP + sequence parallel"):
+        return False
     model = importlib.import_module(QWEN3_VL_MODEL)
     if getattr(model.split_deepstack_embs, "_verl_mopd_fix", False):
         return True
-    if installed not in QWEN3_VL_DEEPSTACK_AFFECTED:
-        message = (f"verl-mopd: Megatron-Bridge {installed} is not one of {QWEN3_VL_DEEPSTACK_AFFECTED}, whose Qwen3-VL "
-                   "vision gradients under TP + sequence parallel it corrects; not applied. Run "
-                   "tests/testing/test_megatron_engine_on_cpu.py to see whether this release needs it")
-        logger.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
-        return False
     from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
 
     split = model.split_deepstack_embs
@@ -79,5 +93,36 @@ def qwen3_vl_deepstack_grads() -> bool:
     return True
 
 
+QWEN3_VL_UTILS = "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.utils"
+#: Megatron-Bridge releases whose Qwen3-VL patch mergers use the tanh GELU (read and tested on CPU)
+QWEN3_VL_MERGER_GELU_AFFECTED = ("0.6.2",)
+
+
+def qwen3_vl_merger_gelu() -> bool:
+    """Qwen3-VL's patch mergers (the final one and the deepstack ones) compute the exact (erf) GELU, as the
+    Hugging Face model the checkpoints come from does (``nn.GELU()``); Megatron-Bridge builds them with the
+    vision tower's ``gelu(approximate="tanh")``. Returns whether the fix is in place."""
+    import importlib
+
+    if not _applies(QWEN3_VL_MERGER_GELU_AFFECTED, "Qwen3-VL patch mergers' GELU"):
+        return False
+    utils = importlib.import_module(QWEN3_VL_UTILS)
+    merger = utils.Qwen3VLVisionPatchMerger
+    if getattr(merger.__init__, "_verl_mopd_fix", False):
+        return True
+    import torch
+
+    init = merger.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.activation_func = torch.nn.functional.gelu  # Hugging Face's nn.GELU(): erf, not tanh
+
+    __init__._verl_mopd_fix = True
+    merger.__init__ = __init__
+    return True
+
+
 #: module whose import a fix waits for -> the fix
-FIXES = {QWEN3_VL_MODEL: qwen3_vl_deepstack_grads}
+FIXES = {QWEN3_VL_MODEL: qwen3_vl_deepstack_grads, QWEN3_VL_UTILS: qwen3_vl_merger_gelu}
