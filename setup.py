@@ -19,8 +19,22 @@ DEMO = [*CPU_TORCH, "matplotlib"]
 # processor (its video processor) and qwen_vl_utils, which verl's datasets read images with, need
 # torchvision, and no torchvision wheel on PyPI loads beside the CPU build of torch 2.13. So these
 # take a matching pair, torch 2.14.1 with torchvision 0.29.1 (PyPI's builds, CUDA-enabled; they run
-# on a CPU-only machine).
+# on a CPU-only machine; the README's tour says how to take the CPU builds from PyTorch's own index).
 VL_TORCH = ["torch==2.14.1", "torchvision==0.29.1", "qwen-vl-utils>=0.0.14,<0.1"]
+# verl's Megatron engine on CPU (verl_mopd/testing/cpu/megatron.py), the smoke's default: the GPU stack's
+# megatron-core (gpu_stack.py) and what Megatron-Bridge imports on CPU; Megatron-Bridge itself comes with
+# --no-deps (its requirements contradict verl's: gpu_stack.NO_DEPS), as on the GPU
+CPU_MEGATRON = [
+    "megatron-core==" + GPU_STACK["MEGATRON_CORE"],
+    "mbridge[megatron]>=0.15,<0.16",
+    "megatron-energon>=7,<8",
+    # Megatron-Bridge imports ModelOpt on every Hugging Face weight save (stage 1's checkpoint)
+    "nvidia-modelopt==" + GPU_STACK["MODELOPT"],
+]
+# every command of the README's tour (demo, check, score, validate-recipe, smoke, inspect, the
+# benchmark, the examples) on one CPU install, Python 3.12; then `pip install --no-deps
+# megatron-bridge==0.6.2` (the README's tour and the smoke's missing-dependency error say both)
+TOUR = [*VL_TORCH, "matplotlib", *CPU_MEGATRON]
 
 setup(
     name="verl-mopd",
@@ -55,11 +69,10 @@ setup(
     ],
     extras_require={
         "demo": DEMO,
-        "smoke": VL_TORCH,
-        # the CPU test suite: the smoke's stack, the demo's plot, the test tools, and what the tests drive for real
+        "tour": TOUR,
+        # the CPU test suite: the tour's stack, the test tools, and what the tests drive for real
         "test": [
-            *VL_TORCH,
-            "matplotlib",
+            *TOUR,
             "pytest>=8",
             "hypothesis>=6.100",
             # the online-eval harness tests: OSWorld's VM pins pyautogui 0.9.54 (its keyboard code runs
@@ -67,14 +80,6 @@ setup(
             "pyautogui==0.9.54",
             "openai>=1.40",
             "loguru>=0.7",
-            # verl's Megatron engine on CPU (verl_mopd/testing/cpu/megatron.py): the GPU stack's megatron-core
-            # (gpu_stack.py) and what Megatron-Bridge imports on CPU; Megatron-Bridge itself comes with --no-deps
-            # (its requirements contradict verl's: gpu_stack.NO_DEPS), as on the GPU
-            "megatron-core==" + GPU_STACK["MEGATRON_CORE"],
-            "mbridge[megatron]>=0.15,<0.16",
-            "megatron-energon>=7,<8",
-            # Megatron-Bridge imports ModelOpt on every Hugging Face weight save (stage 1's checkpoint)
-            "nvidia-modelopt==" + GPU_STACK["MODELOPT"],
         ],
         # the GPU stack (Python 3.12, CUDA 13): verl_mopd/gpu_stack.py, the one place of its pins and of the
         # two further install steps no extra can express (README "GPU install")
