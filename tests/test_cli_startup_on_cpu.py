@@ -105,3 +105,41 @@ def test_a_mistyped_key_names_the_nearest_key_and_the_error_is_the_first_line():
     assert lines == [f"{SMALL.relative_to(ROOT)}: cannot compose: mopd.tau_k is not a key of this recipe "
                      "(mopd.tau_k=0.3); did you mean mopd.tau_kl?"], lines
     assert "verl" in _imported(out.stderr)  # the quiet path is the real one: verl was imported
+
+
+NO_CUDA = "No CUDA runtime is found"
+
+
+def _cuda_toolkit_env(tmp_path: Path) -> dict:
+    """A CPU machine with a CUDA toolkit, as torch sees one: ``CUDA_HOME`` names an existing folder."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch logs 'No CUDA runtime is found' only where it sees no CUDA device")
+    return {**os.environ, "CUDA_HOME": str(tmp_path)}
+
+
+def test_torch_no_cuda_runtime_warning_is_hidden_by_the_command_line(tmp_path):
+    """`verl-mopd check` imports megatron-core, which imports torch.utils.cpp_extension: without the filter
+    torch logs "No CUDA runtime is found, using CUDA_HOME=..." (the control shows it does here)."""
+    pytest.importorskip("megatron.core", reason="the tour's install (megatron-core) imports torch.utils.cpp_extension")
+    env = _cuda_toolkit_env(tmp_path)
+    env.pop("TORCH_LOGS", None)
+    control = subprocess.run([sys.executable, "-c", "import torch.utils.cpp_extension"], capture_output=True,
+                             text=True, timeout=300, env=env, check=False)
+    assert NO_CUDA in control.stderr, control.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-m", "verl_mopd.cli", "check"], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=env, check=False)
+    assert "megatron-core" in out.stdout, out.stdout[-2000:]  # the check did import it
+    assert NO_CUDA not in out.stderr, out.stderr[-2000:]
+
+
+def test_the_processes_the_command_line_starts_get_torch_logs_for_the_warning():
+    from verl_mopd.quiet import torch_logs
+
+    assert torch_logs(None) == "-torch.utils.cpp_extension"
+    assert torch_logs("+dynamo") == "+dynamo,-torch.utils.cpp_extension"
+    assert torch_logs(torch_logs("+dynamo")) == torch_logs("+dynamo")  # idempotent
+    assert torch_logs("+torch.utils.cpp_extension") == "+torch.utils.cpp_extension"  # the user's choice stands

@@ -6,14 +6,22 @@ megatron-core says it falls back from Transformer Engine / Apex, verl's platform
 there is no accelerator; and verl's configs say what they turned off for GRPO or TP=1 each time one
 is built. Each entry below names one such message and where it comes from, so any other warning
 still shows.
+
+One of them is logged in every process that imports megatron-core (it imports
+``torch.utils.cpp_extension``): torch's "No CUDA runtime is found, using CUDA_HOME=..." on a CPU
+machine that has a CUDA toolkit. The command line drops it with a logging filter in its own process,
+and in the processes it starts (verl's trainers, their Ray workers) through torch's own log setting,
+``TORCH_LOGS=-torch.utils.cpp_extension`` (that module at level ERROR; :func:`torch_logs`), which
+:func:`verl_mopd.testing.cpu.environment` also sets for every worker of the CPU harness.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
-__all__ = ["KNOWN_WARNINGS", "KNOWN_LOG_RECORDS", "hide_known_warnings"]
+__all__ = ["KNOWN_WARNINGS", "KNOWN_LOG_RECORDS", "QUIET_TORCH_LOGS", "hide_known_warnings", "torch_logs"]
 
 #: (category, message regex, module regex) as :func:`warnings.filterwarnings` takes them
 KNOWN_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
@@ -38,7 +46,20 @@ KNOWN_LOG_RECORDS: dict[str, tuple[str, ...]] = {
     # multi-storage-client (megatron-energon's, which Megatron-Bridge imports) registers a hydra config
     # source that logs an ERROR with a traceback at every hydra compose when no MSC profile exists
     "multistorageclient.contrib.hydra": ("MSC config source not available",),
+    # torch/utils/cpp_extension.py at import (megatron-core imports it) on a CPU machine with a CUDA toolkit
+    "torch.utils.cpp_extension": ("No CUDA runtime is found",),
 }
+
+#: torch's loggers that a process started by verl-mopd runs at level ERROR (``TORCH_LOGS`` syntax: ``-name``)
+QUIET_TORCH_LOGS: tuple[str, ...] = ("torch.utils.cpp_extension",)
+
+
+def torch_logs(current: str | None = None) -> str:
+    """``TORCH_LOGS`` for a child process: ``current`` (the user's setting) plus ``-name`` for each logger of
+    :data:`QUIET_TORCH_LOGS` that it does not name already (idempotent)."""
+    parts = [p.strip() for p in (current or "").split(",") if p.strip()]
+    named = {p.lstrip("+-") for p in parts}
+    return ",".join(parts + [f"-{name}" for name in QUIET_TORCH_LOGS if name not in named])
 
 
 class _DropKnown(logging.Filter):
@@ -51,7 +72,9 @@ class _DropKnown(logging.Filter):
 
 
 def hide_known_warnings() -> None:
-    """Install the filters of this module for this process (idempotent)."""
+    """Install the filters of this module for this process, and :func:`torch_logs` in ``os.environ`` for the
+    processes it starts (idempotent)."""
+    os.environ["TORCH_LOGS"] = torch_logs(os.environ.get("TORCH_LOGS"))
     for category, message, module in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
     for name, prefixes in KNOWN_LOG_RECORDS.items():

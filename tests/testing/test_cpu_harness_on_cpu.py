@@ -70,3 +70,20 @@ def test_the_platform_module_without_verl_platform_cpu_is_a_clear_error():
                             env={**os.environ, **env})
     assert result.returncode != 0 and "set VERL_PLATFORM=cpu" in result.stderr
     assert PLATFORM_MODULE in result.stderr
+
+
+def test_the_harness_environment_hides_torchs_no_cuda_runtime_warning_in_every_worker(tmp_path):
+    """Every worker inherits environment(); one that imports torch.utils.cpp_extension (megatron-core does) on
+    a CPU machine with a CUDA toolkit (CUDA_HOME) would log "No CUDA runtime is found" without TORCH_LOGS."""
+    import torch
+
+    if torch.cuda.is_available():
+        return  # torch logs it only where it sees no CUDA device
+    base = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
+    base["CUDA_HOME"] = str(tmp_path)
+    probe = [sys.executable, "-c", "import torch.utils.cpp_extension"]
+    control = subprocess.run(probe, capture_output=True, text=True, timeout=300, env=base, check=False)
+    assert "No CUDA runtime is found" in control.stderr, control.stderr[-2000:]
+    for env in (environment(), environment(megatron=True, gpus=2)):
+        quiet = subprocess.run(probe, capture_output=True, text=True, timeout=300, env={**base, **env}, check=False)
+        assert quiet.returncode == 0 and "No CUDA runtime is found" not in quiet.stderr, quiet.stderr[-2000:]

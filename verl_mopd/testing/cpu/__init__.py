@@ -43,7 +43,15 @@ def environment(threads: int = 1, megatron: bool = False, gpus: int = 1) -> dict
         megatron: also load :mod:`verl_mopd.testing.cpu.megatron` (verl's Megatron engine on CPU: needs
             megatron-core and Megatron-Bridge); and keep verl's ``torch.compile`` calls from compiling.
         gpus: the fake GPUs Ray is given (a TP 2 actor needs 2; each is one process on the CPU).
+
+    ``TORCH_LOGS`` keeps the caller's setting and adds ``-torch.utils.cpp_extension``
+    (:func:`verl_mopd.quiet.torch_logs`): every worker that imports megatron-core would log torch's "No
+    CUDA runtime is found" on a CPU machine with a CUDA toolkit.
     """
+    import os
+
+    from verl_mopd.quiet import torch_logs
+
     modules = [PLATFORM_MODULE, MEGATRON_MODULE] if megatron else [PLATFORM_MODULE]
     return {
         **({"TORCHDYNAMO_DISABLE": "1"} if megatron else {}),
@@ -53,5 +61,6 @@ def environment(threads: int = 1, megatron: bool = False, gpus: int = 1) -> dict
         "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_DEDUP_LOGS": "0",
+        "TORCH_LOGS": torch_logs(os.environ.get("TORCH_LOGS")),
         "RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 16 * gpus, "GPU": gpus}),
     }
