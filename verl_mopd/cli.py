@@ -95,12 +95,15 @@ def _validate_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="recipe YAML, e.g. recipes/ui_mopd/stage2_mopd_qwen3vl8b.yaml")
     parser.add_argument("overrides", nargs="*", help="hydra overrides key=value, as on the launch command")
     parser.add_argument("--print", dest="print_config", action="store_true", help="print the resolved config")
+    parser.add_argument("--head", action="store_true",
+                        help="this is the cluster's head node, where the run starts (run_stage1.sh and run_stage2.sh "
+                             "pass it): a local path (student, data, teacher) missing here is an error, not a warning")
 
 
 def _validate_recipe(args: argparse.Namespace) -> int:
     from verl_mopd.trainer.validate import validate_recipe_cli
 
-    return validate_recipe_cli(args.file, args.overrides, args.print_config)
+    return validate_recipe_cli(args.file, args.overrides, args.print_config, args.head)
 
 
 def _version() -> str:

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     fields, metrics = compute_reward_gate(mopd, data)
     gate = fields[KL_MASK_KEY]                                     # (bs,) per sample, from whole groups
     domains = routing_keys(data, mopd.routing_key)             # (bs,) the routing column
-    routed = split(domains, known=list(teachers))              # refuses a domain without a teacher
+    routed = split(domains, known=list(teachers), field=mopd.routing_key)  # refuses a domain without a teacher
     # each teacher's output comes back to its own rows (here the "teacher output" is the row index)
     outputs = {d: torch.as_tensor(rows_d, dtype=torch.float32) for d, rows_d in routed.items()}
     back = merge(outputs, routed, len(domains))

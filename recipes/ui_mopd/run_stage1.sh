@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 recipe=stage1_teacher_sft_${platform}
 ckpt=${CKPT_DIR:?set CKPT_DIR to an absolute folder on storage every node mounts (checkpoints go there)}
 [[ "$ckpt" = /* ]] || { echo "CKPT_DIR=$ckpt must be an absolute path" >&2; exit 2; }
-verl-mopd validate-recipe "$here/$recipe.yaml" "$@"
+verl-mopd validate-recipe --head "$here/$recipe.yaml" "$@"  # on the head node: every local path must exist
 python -m verl.trainer.sft_trainer_ray --config-path="$here" --config-name="$recipe" "$@"
 # Then convert the Megatron checkpoint to Hugging Face format for stage 2, with verl's merger:
 #   python -m verl.model_merger merge --backend megatron \

@@ -9,5 +9,5 @@ here=$(cd "$(dirname "$0")" && pwd)
 recipe=${RECIPE:-stage2_mopd_qwen3vl8b}
 ckpt=${CKPT_DIR:?set CKPT_DIR to an absolute folder on storage every node mounts (checkpoints go there)}
 [[ "$ckpt" = /* ]] || { echo "CKPT_DIR=$ckpt must be an absolute path" >&2; exit 2; }
-verl-mopd validate-recipe "$here/$recipe.yaml" "$@"
+verl-mopd validate-recipe --head "$here/$recipe.yaml" "$@"  # on the head node: every local path must exist
 python -m verl_mopd.trainer.main --config-path="$here" --config-name="$recipe" "$@"

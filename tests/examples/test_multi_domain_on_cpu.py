@@ -119,11 +119,11 @@ def test_recipe_validates_with_three_domains_and_three_teachers(data_dir, capsys
 @pytest.mark.parametrize("overrides, message", [
     # the README's one override: the recipe still composes and the domain left without a teacher is named
     (["~distillation.teacher_models.sorting", "distillation.nnodes=2"],
-     "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
+     "train data has domain value(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
     (["~distillation.teacher_models.sorting", "distillation.nnodes=2"],
-     "val data has platform(s) ['sorting'] with no teacher"),
+     "val data has domain value(s) ['sorting'] with no teacher"),
     (["~distillation.teacher_models.sorting"],  # verl's pool-size error and ours, both
-     "train data has platform(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
+     "train data has domain value(s) ['sorting'] with no teacher; configured: ['arithmetic', 'strings']"),
     (["+distillation.teacher_models.poetry={key: poetry, model_path: /p, num_replicas: 1}", "distillation.nnodes=4"],
      "teacher(s) ['poetry'] have no samples in the train data"),
     (["distillation.teacher_key=data_source"],
@@ -197,8 +197,8 @@ def test_router_and_gate_with_three_to_six_routing_values(case):
     parts = {d: torch.as_tensor(r, dtype=torch.float64) for d, r in index.items()}
     assert merge(parts, index, len(rows)).tolist() == list(range(len(rows)))
     assert all(keys[i] == d for d, r in index.items() for i in r)
-    with pytest.raises(UnknownRouteError, match="have no teacher"):
-        split(routing_keys(data, "domain"), known=domains[:-1])
+    with pytest.raises(UnknownRouteError, match=r"^domain value\(s\) \['.*'\] have no teacher.*the data's `domain` column"):
+        split(routing_keys(data, "domain"), known=domains[:-1], field="domain")
 
     # gate: float64 group means, whole groups across the batch; metrics per routing value
     cfg = MOPDConfig(tau_kl=tau, gate_metric="acc", routing_key="domain")

@@ -127,3 +127,17 @@ def test_no_loop_teachers_when_verls_loop_is_off():
     cfg = _verl_distillation({"a": {"key": "desktop", "model_path": "/d"}}, enabled=False)
     assert loop_teachers(OmegaConf.to_container(cfg.distillation, resolve=True)) == {}
     assert loop_teachers(None) == {}
+
+
+def test_platform_errors_name_the_routing_key_in_use():
+    """mopd.routing_key=domain: the errors say `domain`, not "platform" (validation and the router alike)."""
+    from verl_mopd.teachers.router import UnknownRouteError, split
+
+    errs = validate_platforms(["arithmetic", "sorting"], ["arithmetic", "poetry"], "train", routing_key="domain")
+    assert errs == ["train data has domain value(s) ['sorting'] with no teacher; configured: ['arithmetic', 'poetry']",
+                    ("teacher(s) ['poetry'] have no samples in the train data (domain values there: "
+                     "['arithmetic', 'sorting'])")]
+    assert not any("platform" in e for e in errs)
+    with pytest.raises(UnknownRouteError) as err:
+        split(["arithmetic", "sorting"], known=["arithmetic"], field="domain")
+    assert "platform" not in str(err.value) and str(err.value).startswith("domain value(s) ['sorting'] have no teacher")

@@ -111,7 +111,7 @@ def test_bad_overrides_fail_with_a_clear_message(overrides, message):
 
 def test_missing_teacher_for_a_platform_in_the_data(two_platform_parquet):
     problems, _ = _problems([f"data.train_files={two_platform_parquet}", "~mopd.teachers.mobile"])
-    assert "train data has platform(s) ['mobile'] with no teacher; configured: ['desktop']" in problems
+    assert "train data has platform value(s) ['mobile'] with no teacher; configured: ['desktop']" in problems
 
 
 def test_gate_that_masks_every_surviving_group_warns():
@@ -209,3 +209,44 @@ def test_megatron_teacher_micro_batch_tokens_must_hold_the_longest_sequence():
     assert "mopd.teachers.desktop.micro_batch_tokens" not in problems
     problems, _ = _problems(["+mopd.teachers.mobile.micro_batch_tokens=8704"])
     assert "micro_batch_tokens" not in problems
+
+
+def test_a_missing_teacher_path_is_an_error_on_the_head_node_only(tmp_path, two_platform_parquet, capsys):
+    """validate-recipe --head (run_stage{1,2}.sh pass it): the run starts on this machine, so a typo'd teacher
+    path is refused here; elsewhere it stays a warning (the path may exist on the cluster)."""
+    typo = str(tmp_path / "desktop_teacher_typo")
+    for name in ("student", "mobile_teacher"):  # present here (files: no tokenizer to compare)
+        (tmp_path / name).touch()
+    here = [f"actor_rollout_ref.model.path={tmp_path}/student", f"data.train_files={two_platform_parquet}",
+            f"data.val_files={two_platform_parquet}", f"mopd.teachers.mobile.model_path={tmp_path}/mobile_teacher",
+            f"trainer.default_local_dir={tmp_path}/ckpt"]
+    key = "mopd.teachers.desktop.model_path"
+    args = [*here, f"{key}={typo}"]
+    assert validate_recipe_cli(str(SMALL), args) == 0
+    assert f"WARNING: {key}={typo} does not exist on this machine (fine if it exists on the cluster)" in \
+        capsys.readouterr().err
+    assert validate_recipe_cli(str(SMALL), args, head=True) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR:")]
+    assert errors == [(f"ERROR: {key}={typo} does not exist on this machine, the cluster's head node (--head), "
+                       "where the run starts")], errors
+    # a model path that reads as a Hugging Face Hub id stays a warning there; a missing data file does not
+    problems, warnings = validate(compose_recipe(str(SMALL), [*here, f"{key}=Qwen/Qwen3-VL-8B-Thinking",
+                                                              "data.val_files=/no/such/val.parquet"]), head=True)
+    assert not any("Qwen/Qwen3-VL-8B-Thinking" in p for p in problems)
+    assert any(w.startswith(f"{key}=Qwen/Qwen3-VL-8B-Thinking does not exist") for w in warnings)
+    assert any(p.startswith("data.val_files=/no/such/val.parquet does not exist on this machine, the cluster's head")
+               for p in problems)
+
+
+@pytest.mark.parametrize("script", ["run_stage1.sh", "run_stage2.sh"])
+def test_the_launchers_validate_as_the_head_node(script, tmp_path):
+    """run_stage{1,2}.sh run on the head node: they call validate-recipe --head (stopped here by a stand-in)."""
+    fake = tmp_path / "verl-mopd"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\nexit 1\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["bash", str(ROOT / "recipes" / "ui_mopd" / script), "desktop", "x=1"],
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin", "CKPT_DIR": "/mnt/ckpt"}, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1
+    argv = (tmp_path / "args").read_text().split()
+    assert argv[:2] == ["validate-recipe", "--head"] and argv[-1] == "x=1", argv

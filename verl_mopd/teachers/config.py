@@ -179,21 +179,25 @@ def _fields(cfg: TeacherConfig) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def validate_platforms(data_platforms: Iterable[str], teachers: Iterable[str], split_name: str = "train") -> list[str]:
+def validate_platforms(data_platforms: Iterable[str], teachers: Iterable[str], split_name: str = "train",
+                       routing_key: str = "platform") -> list[str]:
     """The platforms present in a data split must equal the configured teachers.
 
-    Returns the error lines (empty when they agree): a platform without a teacher would fail
-    mid-run; a teacher without data is a config mistake (wrong file or tag spelling).
+    Returns the error lines (empty when they agree), naming the routing column ``routing_key``
+    (``mopd.routing_key``): a platform without a teacher would fail mid-run; a teacher without data
+    is a config mistake (wrong file or tag spelling).
     """
     data, conf = {str(p) for p in data_platforms}, {str(t) for t in teachers}
     errors = []
     if data - conf:
         errors.append(
-            f"{split_name} data has platform(s) {sorted(data - conf)} with no teacher; configured: {sorted(conf)}"
+            f"{split_name} data has {routing_key} value(s) {sorted(data - conf)} with no teacher; configured: "
+            f"{sorted(conf)}"
         )
     if conf - data:
         errors.append(
-            f"teacher(s) {sorted(conf - data)} have no samples in the {split_name} data (platforms there: {sorted(data)})"
+            f"teacher(s) {sorted(conf - data)} have no samples in the {split_name} data ({routing_key} values there: "
+            f"{sorted(data)})"
         )
     return errors
 

@@ -51,7 +51,8 @@ def check_known(keys: Iterable[str], known: Iterable[str], field: str = "platfor
         )
 
 
-def split(keys: Sequence[str] | np.ndarray, known: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def split(keys: Sequence[str] | np.ndarray, known: Iterable[str] | None = None,
+          field: str = "platform") -> dict[str, np.ndarray]:
     """Row indices of each routing key.
 
     Args:
@@ -59,6 +60,7 @@ def split(keys: Sequence[str] | np.ndarray, known: Iterable[str] | None = None) 
         known: if given, every key must be in it, else ``UnknownRouteError`` (names the key and
             the configured teachers). A known key with no rows in this batch is absent from the
             result (skipped, not an empty part).
+        field: the routing column's name (``mopd.routing_key``), which that error names.
 
     Returns:
         ``{key: int64 array of row indices, ascending}``; the arrays partition ``range(n)``.
@@ -66,7 +68,7 @@ def split(keys: Sequence[str] | np.ndarray, known: Iterable[str] | None = None) 
     """
     arr = _as_key_array(keys)
     if known is not None:
-        check_known(arr.tolist(), known)
+        check_known(arr.tolist(), known, field)
     if arr.size == 0:
         return {}
     uniq, first, inverse = np.unique(arr.astype(str), return_index=True, return_inverse=True)

@@ -20,6 +20,7 @@ import difflib
 import io
 import math
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -190,7 +191,8 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
     return loop_teachers(distillation, trust_remote_code=trust)
 
 
-def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str]) -> None:
+def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str],
+                    head: bool = False) -> None:
     from verl_mopd.teachers.config import validate_platforms, validate_temperature
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
@@ -223,7 +225,7 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
         for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
             platforms = _data_platforms(section(config, key), mopd.routing_key, key, problems)
             if platforms is not None:
-                problems.extend(validate_platforms(platforms, teachers, split_name))
+                problems.extend(validate_platforms(platforms, teachers, split_name, mopd.routing_key))
     actor_gpus = int(section(config, "trainer.n_gpus_per_node")) * int(section(config, "trainer.nnodes"))
     for platform, t in mopd.teachers.items():
         if t.placement == "colocated" and t.world_size > actor_gpus:
@@ -245,7 +247,7 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
                 f"(verl.utils.seqlen_balancing); set it >= {longest}"
             )
     for t in teachers.values():
-        _check_path(t.model_path_key, t.model_path, problems, warnings)
+        _check_path(t.model_path_key, t.model_path, problems, warnings, head)
     _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd.teachers))
 
 
@@ -370,11 +372,18 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
     if teachers and set(batching.quota.shares) != teachers:
         problems.append(
             f"trainer.v1.sampler.sampler_kwargs.quota.shares has domains {sorted(batching.quota.shares)} but "
-            f"the teachers serve {sorted(teachers)}: give every platform a share"
+            f"the teachers serve {sorted(teachers)}: give every {mopd.routing_key} value a share"
         )
 
 
-def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) -> None:
+#: ``org/name``: what a model path that is a Hugging Face Hub id looks like (and a relative one-slash path)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _check_path(key: str, value: Any, problems: list[str], warnings: list[str], head: bool = False) -> None:
+    """A local path missing here: a warning on a laptop ("fine if it exists on the cluster"); with ``head`` (this is
+    the cluster's head node, where the run starts: ``validate-recipe --head``) an error, except for a model path
+    that reads as a Hugging Face Hub id (``org/name``), which stays a warning."""
     if value is None or (isinstance(value, str) and not value.strip()):
         problems.append(f"{key} is not set: give a path")
         return
@@ -382,7 +391,14 @@ def _check_path(key: str, value: Any, problems: list[str], warnings: list[str]) 
     for v in values:
         v = str(v)
         if "/" in v and not v.startswith(("hf://", "s3://", "gs://", "hdfs://")) and not os.path.exists(v):
-            warnings.append(f"{key}={v} does not exist on this machine (fine if it exists on the cluster)")
+            if not head:
+                warnings.append(f"{key}={v} does not exist on this machine (fine if it exists on the cluster)")
+            elif key.endswith(("model_path", "model.path")) and _HUB_ID.fullmatch(v):
+                warnings.append(f"{key}={v} does not exist on this machine, the head node: fine only if it is a "
+                                "Hugging Face Hub id")
+            else:
+                problems.append(f"{key}={v} does not exist on this machine, the cluster's head node (--head), "
+                                "where the run starts")
 
 
 # ---------------------------------------------------------------- run numbers
@@ -410,8 +426,11 @@ def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[s
             )
 
 
-def validate(config: DictConfig) -> tuple[list[str], list[str]]:
-    """All problems (the run would fail or be wrong) and warnings (probably not what you want)."""
+def validate(config: DictConfig, *, head: bool = False) -> tuple[list[str], list[str]]:
+    """All problems (the run would fail or be wrong) and warnings (probably not what you want).
+
+    ``head``: this machine is the cluster's head node, where the run starts, so a local path (the student, the
+    data, each teacher) must exist here; elsewhere a missing path is a warning (``_check_path``)."""
     from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -444,13 +463,13 @@ def validate(config: DictConfig) -> tuple[list[str], list[str]]:
 
     mopd = _check_mopd(config, problems, warnings)
     if mopd is not None:
-        _check_teachers(config, mopd, problems, warnings)
+        _check_teachers(config, mopd, problems, warnings, head)
         _check_placement_and_mode(config, problems)
     _check_sampler(config, mopd, problems)
     _check_run_numbers(config, problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
-        _check_path(key, section(config, key), problems, warnings)
+        _check_path(key, section(config, key), problems, warnings, head)
     return problems, warnings
 
 
@@ -483,8 +502,9 @@ def is_sft_recipe(config: DictConfig) -> bool:
     return section(config, "actor_rollout_ref") is None and section(config, "data.messages_key") is not None
 
 
-def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
-    """Stage-1 (verl SFT trainer) recipes: convert verl's dataclasses, check paths and GPU counts."""
+def validate_sft(config: DictConfig, *, head: bool = False) -> tuple[list[str], list[str]]:
+    """Stage-1 (verl SFT trainer) recipes: convert verl's dataclasses, check paths (``head``: as :func:`validate`)
+    and GPU counts."""
     problems: list[str] = code_target_problems(config)
     warnings: list[str] = []
     if problems:
@@ -496,7 +516,7 @@ def validate_sft(config: DictConfig) -> tuple[list[str], list[str]]:
     for path in sections:
         _convert(config, path, problems)
     for key in ("model.path", "data.train_files"):
-        _check_path(key, section(config, key), problems, warnings)
+        _check_path(key, section(config, key), problems, warnings, head)
     problems.extend(checkpoint_dir_problems(config))
     engine = section(config, "engine")
     gpus = int(section(config, "trainer.n_gpus_per_node") or 0) * int(section(config, "trainer.nnodes") or 0)
@@ -583,8 +603,9 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = False) -> int:
-    """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words.
+def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = False, head: bool = False) -> int:
+    """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words. ``head``
+    (``--head``, which ``recipes/ui_mopd/run_stage{1,2}.sh`` pass): a local path missing here is an error.
 
     Raises ``FileNotFoundError`` (no such file) and :class:`~verl_mopd.errors.UsageError` (a recipe
     partial) before anything is composed."""
@@ -610,11 +631,11 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
         print(f"{path}: cannot compose: {error}", file=sys.stderr)
         return 1
     if is_sft_recipe(config):
-        problems, warnings = validate_sft(config)
+        problems, warnings = validate_sft(config, head=head)
     elif _not_a_trainer_config(config):
         problems, warnings = [_not_a_trainer_config(config)], []
     else:
-        problems, warnings = validate(config)
+        problems, warnings = validate(config, head=head)
     unread, suspicious = addition_findings(path, config, overrides)
     problems, warnings = unread + problems, suspicious + warnings
     if print_config:
