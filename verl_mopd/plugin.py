@@ -61,8 +61,12 @@ def register() -> None:
         after_import(package, fill)
 
 
-def after_import(name: str, callback: Callable[[], None]) -> None:
-    """Run ``callback`` once module ``name`` is imported: now if it is, else right after its first import."""
+def after_import(name: str, callback: Callable[[], None], *, strict: bool = False) -> None:
+    """Run ``callback`` once module ``name`` is imported: now if it is, else right after its first import.
+
+    A failing callback is warned about (raising would fail the import of ``name``, verl's own), unless
+    ``strict``: then it raises, and the import that ran it fails with it (the CPU test harness's hooks).
+    """
     if name in sys.modules:
         callback()
         return
@@ -70,6 +74,8 @@ def after_import(name: str, callback: Callable[[], None]) -> None:
         _HOOK.pending.setdefault(name, [])
         if callback not in _HOOK.pending[name]:
             _HOOK.pending[name].append(callback)
+        if strict:
+            _HOOK.strict.add(callback)
         if _HOOK not in sys.meta_path:
             sys.meta_path.insert(0, _HOOK)
 
@@ -80,6 +86,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
     def __init__(self) -> None:
         self.pending: dict[str, list[Callable[[], None]]] = {}
+        self.strict: set[Callable[[], None]] = set()
         self.lock = threading.Lock()
 
     def find_spec(self, fullname, path, target=None):
@@ -104,6 +111,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             if not self.pending and self in sys.meta_path:
                 sys.meta_path.remove(self)
         for callback in callbacks:
+            if callback in self.strict:
+                self.strict.discard(callback)
+                callback()
+                continue
             try:
                 callback()
             except Exception as exc:  # noqa: BLE001 - raising would fail verl's import of `fullname`

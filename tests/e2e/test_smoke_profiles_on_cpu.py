@@ -27,7 +27,7 @@ SIZES = [
     "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
     "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", "actor_rollout_ref.actor.rollout_n",
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.rollout.agent.num_workers", "trainer.v1.sampler.sampler_kwargs.train_batch_size",
+    "actor_rollout_ref.rollout.agent.num_workers", "reward.num_workers", "trainer.v1.sampler.sampler_kwargs.train_batch_size",
     "trainer.total_training_steps", "trainer.save_freq", "trainer.test_freq",
     # verl interpolates these from the sizes above
     "actor_rollout_ref.rollout.prompt_length", "actor_rollout_ref.rollout.response_length",

@@ -98,6 +98,19 @@ def test_after_import_runs_once_the_module_has_run_and_a_failure_warns(tmp_path,
         import mopd_fake_b
     assert mopd_fake_b.VALUE == 1  # the failure did not break the import itself
     assert not {"mopd_fake_a", "mopd_fake_b"} & set(plugin._HOOK.pending)  # both ran: nothing left for them
+
+
+def test_a_strict_after_import_callback_fails_the_import(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _fake_package(tmp_path, "mopd_fake_strict")
+
+    def fail():
+        raise ValueError("the harness cannot install")
+
+    plugin.after_import("mopd_fake_strict", fail, strict=True)
+    with pytest.raises(ValueError, match="the harness cannot install"):
+        import mopd_fake_strict  # noqa: F401
+    assert "mopd_fake_strict" not in plugin._HOOK.pending and fail not in plugin._HOOK.strict
     if not plugin._HOOK.pending:  # (other hooks, e.g. verl's v1 trainer not imported yet, may still wait)
         assert plugin._HOOK not in sys.meta_path  # nothing pending: the finder is gone
     monkeypatch.delitem(sys.modules, "mopd_fake_a")

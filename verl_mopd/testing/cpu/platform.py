@@ -1,5 +1,10 @@
 """The CPU harness's registrations; loaded by ``VERL_USE_EXTERNAL_MODULES`` inside ``import verl``.
 
+The platform and the process-group default are set at load; the engine and rollout registrations
+right after verl's module that holds each registry is first imported
+(:func:`verl_mopd.plugin.after_import`, strict), so a Ray worker that builds no engine never imports
+verl's engines (~3 s of a core each, on CPU).
+
 What each registration gets past in verl 0.9.1 (module and function named, so a verl upgrade that
 moves them fails here, loudly):
 
@@ -35,6 +40,8 @@ import sys
 import torch
 from verl.plugin.platform.platform_base import PlatformBase
 from verl.plugin.platform.platform_manager import PlatformRegistry
+
+from verl_mopd.plugin import after_import
 
 logger = logging.getLogger(__name__)
 
@@ -231,11 +238,14 @@ def _gloo_process_group() -> None:
     function.__defaults__ = (defaults["timeout_second"], "gloo")
 
 
-def _register_rollout() -> None:
+def _register_rollout_adapter() -> None:
     from verl.workers.rollout import base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "verl_mopd.testing.cpu.rollout.HFServerAdapter"
+
+
+def _register_rollout_replica() -> None:
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     def load():
         from verl_mopd.testing.cpu.rollout import HFReplica
@@ -263,8 +273,11 @@ def install() -> None:
             f"{os.environ.get('VERL_PLATFORM')!r}: set VERL_PLATFORM=cpu as well, or neither"
         )
     _gloo_process_group()
-    _register_engines()
-    _register_rollout()
+    # right after verl's module that holds each registry is imported: a Ray worker that never builds an
+    # engine (storage units, reward and agent-loop workers, rollout servers) never imports verl's engines
+    after_import("verl.workers.engine", _register_engines, strict=True)
+    after_import("verl.workers.rollout.base", _register_rollout_adapter, strict=True)
+    after_import("verl.workers.rollout.replica", _register_rollout_replica, strict=True)
     _image_reader()
 
 
