@@ -50,10 +50,10 @@ def _passed(out, result) -> dict:
     assert result.returncode == 0, result.stdout[-8000:] + "\n" + result.stderr[-4000:]
     record = json.loads((out / "checks.json").read_text())
     checks = record["checks"]
-    assert len(checks) >= 20 and all(c["result"] == "PASS" for c in checks), checks
+    assert len(checks) >= 23 and all(c["result"] == "PASS" for c in checks), checks
     names = " | ".join(c["check"] for c in checks)
     for wanted in ("teacher log-probs = direct forward", "student log-probs at step 1", "actor K3 sum",
-                   "gate fraction", "grad norm", "rewards vary", "both platforms", "rollout weights = actor weights",
+                   "gate fraction", "gate = recomputed from the scores", "grad norm", "rewards vary", "both platforms", "rollout weights = actor weights",
                    "resume"):
         assert wanted in names
     return record
@@ -117,9 +117,26 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     torch.save(step, dump)
     assert _failed(_checks_of(copy), "teacher log-probs")  # (1e-4 in one token moves the K3 sum by ~1e-8)
 
+    # one stored gate flipped: the recomputed gate and the actor's reading of the stored one both disagree
+    row["teacher"][0] -= 1e-4
+    row["gate"] = 0.0
+    torch.save(step, dump)
+    checks = _checks_of(copy)
+    assert _failed(checks, "step 2: gate = recomputed") and _failed(checks, "step 2: actor gate")
+    row["gate"] = 1.0
+
+    # the IS weights the loss applied replaced by 1 (the rollout runs in bf16, so they are not 1): the K3
+    # check recomputes the loss's K3 with its IS weights, and tells
+    weights = next(r for r in step["rows"] if r["gate"] and not r["padding"])["rollout_is_weights"]
+    assert (weights - 1).abs().max() > 1e-3
+    kept = weights.clone()
+    weights.fill_(1.0)
+    torch.save(step, dump)
+    assert _failed(_checks_of(copy), "step 2: actor K3 sum")
+    weights.copy_(kept)
+
     # one sample's stored student log-probs half a nat off (a misaligned row is off by whole nats): the
     # actor's K3 no longer matches the dump's
-    row["teacher"][0] -= 1e-4
     row["student"] += 0.5
     torch.save(step, dump)
     assert _failed(_checks_of(copy), "step 2: actor K3 sum")

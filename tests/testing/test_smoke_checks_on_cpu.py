@@ -44,3 +44,41 @@ def test_a_non_empty_out_folder_and_a_wrong_recipes_folder_are_refused(tmp_path)
     with pytest.raises(UsageError, match="no stage2_mopd_qwen3vl8b.yaml"):
         smoke.run_smoke(smoke.SmokeConfig(out=str(tmp_path / "new"), recipes=str(tmp_path)))
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def _gate_rows(scores_by_group: dict[str, list[float]], gate: dict[str, float]) -> list[dict]:
+    return [{"uid": uid, "score": score, "gate": gate[uid]} for uid, scores in scores_by_group.items() for score in scores]
+
+
+MOPD = {"gate_metric": "acc", "tau_kl": 0.5}
+#: acc means 0.25 (on), exactly 0.5 (on: the gate is "at most tau_kl"), 0.75 (off), and all wrong (on)
+SCORES = {"a": [1.0, -0.5, -1.0, -1.0], "b": [1.0, 1.0, -0.5, -0.5], "c": [1.0, 1.0, 1.0, -1.0], "d": [-0.5] * 4}
+RIGHT = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0}
+
+
+def test_the_gate_check_recomputes_the_gate_from_the_scores():
+    ok, detail = smoke._check_gate_value(_gate_rows(SCORES, RIGHT), MOPD)
+    assert ok, detail
+    assert "KL on for 12 of 16 samples" in detail and "1 exactly at tau_kl" in detail
+
+
+@pytest.mark.parametrize("wrong, why", [
+    ({**RIGHT, "b": 0.0}, "'<' for '<=': the group exactly at tau_kl switched off"),
+    ({**RIGHT, "c": 1.0}, "a group above tau_kl left on"),
+    ({"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.0}, "the gate's direction inverted"),
+    ({**RIGHT, "d": 0.0}, "a group of -0.5s read as fully correct (score > 0 for acc)"),
+])
+def test_the_gate_check_fails_on_a_wrong_gate(wrong, why):
+    ok, detail = smoke._check_gate_value(_gate_rows(SCORES, wrong), MOPD)
+    assert not ok, why
+
+
+def test_the_gate_check_reads_kept_normalization_masks_and_rm_scores():
+    kept = {uid: (1.6 if on else 0.0) for uid, on in RIGHT.items()}  # `kept` stores N/N_counted for on rows
+    assert smoke._check_gate_value(_gate_rows(SCORES, kept), MOPD)[0]
+    # on rm_scores with tau 0: group means -0.375, 0.25, 0.5, -0.5
+    assert smoke._check_gate_value(_gate_rows(SCORES, {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}),
+                                   {"gate_metric": "rm_scores", "tau_kl": 0.0})[0]
+    ok, detail = smoke._check_gate_value(_gate_rows(SCORES, RIGHT), {"gate_metric": "format", "tau_kl": 0.5})
+    assert not ok and "recomputes 'acc' and 'rm_scores' only" in detail
+    assert not smoke._check_gate_value([], MOPD)[0]

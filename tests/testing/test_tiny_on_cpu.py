@@ -95,8 +95,10 @@ def test_warm_up_fits_the_assistant_turns(folders, tmp_path):
     shutil.copytree(folders["student"], folder)
     examples = [{"messages": [{"role": "user", "content": "Instruction: click\n<image>"},
                               {"role": "assistant", "content": TEXTS[2]}], "images": [_image()]}]
-    losses = tiny.warm_up(folder, examples, steps=25, lr=1e-2)
+    seen = []
+    losses = tiny.warm_up(folder, examples, steps=25, lr=1e-2, on_step=lambda step, loss: seen.append((step, loss)))
     assert losses[-1] < 0.5 * losses[0]
+    assert seen == list(enumerate(losses, start=1))  # every step reported, in order, with its loss
 
 
 def test_a_warm_up_batch_is_what_the_processor_makes_of_the_batch(folders):
@@ -123,8 +125,8 @@ def test_a_warm_up_batch_is_what_the_processor_makes_of_the_batch(folders):
         assert torch.equal(labels[batch["attention_mask"] == 0], torch.full_like(labels[batch["attention_mask"] == 0], -100))
 
 
-def _server(folder, response_length=12):
-    config = SimpleNamespace(prompt_length=256, response_length=response_length)
+def _server(folder, response_length=12, dtype="float32"):
+    config = SimpleNamespace(prompt_length=256, response_length=response_length, dtype=dtype)
     model_config = SimpleNamespace(local_path=str(folder), trust_remote_code=False)
     return HFRolloutServer(config, model_config, replica_rank=0)
 
@@ -153,6 +155,19 @@ def test_the_rollout_generates_with_an_image_and_reports_the_models_log_probs(fo
     torch.testing.assert_close(torch.tensor(log_probs, dtype=torch.float64), want, atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match="min_p"):
         server._generate(ids, {"temperature": 1.0, "min_p": 0.1}, [image])
+
+    # in verl's default rollout dtype (bfloat16, under autocast) the same tokens' log-probs are off the fp32
+    # model's by what bf16 arithmetic costs: the IS weights of rollout correction are not 1
+    bf16 = _server(folders["student"], dtype="bfloat16")
+    torch.manual_seed(0)
+    greedy = {"temperature": 0.0, "logprobs": True}
+    tokens_bf16, log_probs_bf16, _ = bf16._generate(ids, greedy, [image])
+    tokens_fp32, log_probs_fp32, _ = server._generate(ids, greedy, [image])
+    n = next((i for i, (a, b) in enumerate(zip(tokens_bf16, tokens_fp32)) if a != b), len(tokens_bf16))
+    gap = (torch.tensor(log_probs_bf16[:n]) - torch.tensor(log_probs_fp32[:n])).abs().max().item()
+    assert n > 0 and 1e-4 < gap < 0.2, (n, gap)
+    with pytest.raises(ValueError, match="rollout.dtype='int8'"):
+        _server(folders["student"], dtype="int8")
 
 
 def test_a_weight_sync_loads_every_tensor_and_refuses_unknown_names(folders):

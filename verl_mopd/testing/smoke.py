@@ -172,15 +172,54 @@ def default_recipes() -> Path:
 
 
 # ------------------------------------------------------------------------------------ phases
+#: how often a running phase prints a line (seconds): no phase is silent for longer
+PROGRESS_EVERY = 20.0
+#: log line fragment of a verl run -> what the run does from there on (the last one met is shown)
+MILESTONES = (
+    ("Started a local Ray instance", "Ray workers starting"),
+    ("train and validate dataloader initialized", "building the actor"),
+    ("actor and ref model engine initialized", "starting the rollout"),
+    ("all initialize finished", "step 1: teachers and rollout starting"),
+    ("Saving checkpoint", "saving a checkpoint"),
+    ("Loaded rng from", "checkpoint loaded"),
+)
+
+
+def cache_folder() -> Path:
+    """``$VERL_MOPD_CACHE`` (default ``~/.cache/verl-mopd``): the warmed student, the last run's phase times."""
+    return Path(os.environ.get("VERL_MOPD_CACHE", Path.home() / ".cache" / "verl-mopd"))
+
+
 @dataclass
 class PhaseLog:
+    """Each phase's seconds, in ``path`` as it goes; the phase headers say what the last passed run here took."""
+
     path: Path
+    profile: str = ""
     records: list[dict] = field(default_factory=list)
+
+    @property
+    def _last_run(self) -> Path:
+        return cache_folder() / "smoke-phases" / f"{self.profile}.json"
+
+    def expected(self, name: str) -> float | None:
+        """The seconds phase ``name`` took in the last passed run of this profile here, if any."""
+        try:
+            return {r["phase"]: r["seconds"] for r in json.loads(self._last_run.read_text())}.get(name)
+        except (OSError, ValueError):
+            return None
+
+    def passed(self) -> None:
+        """Keep this run's phase times for the next run's estimates."""
+        self._last_run.parent.mkdir(parents=True, exist_ok=True)
+        self._last_run.write_text(json.dumps(self.records, indent=1))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         started = time.monotonic()
-        print(f"[smoke] {name} ...", flush=True)
+        expected = self.expected(name)
+        known = "" if expected is None else f" (last run here: {expected:.0f} s)"
+        print(f"[smoke] {name} ...{known}", flush=True)
         ok = False
         try:
             yield
@@ -196,18 +235,57 @@ class PhaseFailed(RuntimeError):
     """A phase's process failed; the message holds the tail of its log."""
 
 
-def run_process(argv: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path) -> None:
-    """Run ``argv`` in its own process group, output to ``log``; kill the whole group on time-out."""
+def progress_line(label: str, elapsed: float, log: Path, metrics: Path | None = None, steps: int = 0,
+                  expected: float | None = None) -> str:
+    """What a running verl process is doing, from its log and its metrics file: the last milestone met, the
+    steps done, and (from the last passed run here) about how long it has left."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 400_000))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        text = ""
+    met = [(text.rfind(fragment), doing) for fragment, doing in MILESTONES if fragment in text]
+    doing = max(met)[1] if met else "starting"
+    if metrics is not None and metrics.is_file():
+        try:
+            done = json.loads(metrics.read_text(encoding="utf-8").splitlines()[-1])["step"]
+        except (IndexError, ValueError, KeyError):  # nothing written yet, or a line being written
+            done = None
+        if done:
+            doing = f"{doing}; step {done}/{steps} done" if doing.startswith("saving") else f"step {done}/{steps} done"
+    left = "" if expected is None else (f", ~{expected - elapsed:.0f} s left" if elapsed < expected
+                                        else f", longer than the last run here ({expected:.0f} s)")
+    return f"{label}: {elapsed:.0f} s, {doing}{left}"
+
+
+def run_process(argv: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path,
+                progress: Callable[[float], str] | None = None) -> None:
+    """Run ``argv`` in its own process group, output to ``log``; kill the whole group on time-out.
+
+    ``progress(elapsed)``, if given, is printed every :data:`PROGRESS_EVERY` seconds while it runs.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
                                    start_new_session=True)
+        started = shown = time.monotonic()
+        code: int | None = None
         try:
-            code = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code = None
+            while True:
+                try:
+                    code = process.wait(timeout=min(1.0, PROGRESS_EVERY))
+                    break
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    if now - started > timeout:
+                        os.killpg(process.pid, signal.SIGKILL)
+                        process.wait()
+                        code = None
+                        break
+                    if progress is not None and now - shown >= PROGRESS_EVERY:
+                        print(f"[smoke]   {progress(now - started)}", flush=True)
+                        shown = now
         except BaseException:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
@@ -260,14 +338,24 @@ def warm_up_student(cfg: SmokeConfig, student: Path, sft_files: list[Path]) -> N
     for path in sorted(student.iterdir()) + sorted(sft_files):
         digest.update(path.name.encode() + path.read_bytes())
     digest.update(f"{cfg.warmup_steps} {cfg.warmup_lr} {cfg.seed}".encode())
-    cached = Path(os.environ.get("VERL_MOPD_CACHE", Path.home() / ".cache" / "verl-mopd")) / "smoke-student" / \
-        digest.hexdigest()[:32] / "model.safetensors"
+    cached = cache_folder() / "smoke-student" / digest.hexdigest()[:32] / "model.safetensors"
     if cached.is_file():
         shutil.copyfile(cached, student / "model.safetensors")
         print(f"[smoke] student warm-up: {cfg.warmup_steps} steps, taken from {cached.parent} (same inputs)")
         return
+    started, shown = time.monotonic(), [time.monotonic()]
+
+    def on_step(step: int, loss: float) -> None:
+        now = time.monotonic()
+        if now - shown[0] >= PROGRESS_EVERY:
+            left = (now - started) / step * (cfg.warmup_steps - step)
+            print(f"[smoke]   student warm-up: step {step}/{cfg.warmup_steps}, loss {loss:.2f}, ~{left:.0f} s left",
+                  flush=True)
+            shown[0] = now
+
+    print(f"[smoke] student warm-up: {cfg.warmup_steps} steps (cached by its inputs for the next run)", flush=True)
     losses = tiny.warm_up(student, tiny.sft_examples(sft_files), steps=cfg.warmup_steps, lr=cfg.warmup_lr,
-                          seed=cfg.seed)
+                          seed=cfg.seed, on_step=on_step)
     if losses:
         tail = losses[-20:]
         print(f"[smoke] student warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {sum(tail) / len(tail):.2f}")
@@ -317,14 +405,15 @@ def preflight(device: str, profile: Profile) -> None:
             missing.append(f"{module} ({why}): {type(exc).__name__}: {exc}")
     if missing:
         raise UsageError("the smoke's Qwen3-VL models need " + "; ".join(missing) +
-                         ". Install the test extra (pip install -e '.[test]': torch and torchvision as a matching pair)")
+                         ". Install the tour's extra (Python 3.12): pip install -e '.[tour]' && pip install --no-deps "
+                         "megatron-bridge==" + NO_DEPS["megatron-bridge"] + " (torch and torchvision as a matching pair)")
     if device == "cpu" and profile.actor_engine == "megatron":
         absent = [name for module, name in (("megatron.core", "megatron-core"), ("megatron.bridge", "megatron-bridge"),
                                             ("modelopt", "nvidia-modelopt"))
                   if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None]
         if absent:
             raise UsageError(f"the smoke runs verl's Megatron engine on CPU and needs {', '.join(absent)} (Python 3.12): "
-                             "pip install -e '.[test]' && pip install --no-deps megatron-bridge==" +
+                             "pip install -e '.[tour]' && pip install --no-deps megatron-bridge==" +
                              NO_DEPS["megatron-bridge"] + "; or run verl's FSDP engine: verl-mopd smoke --engine fsdp")
     if device == "cuda":
         import torch
@@ -351,8 +440,8 @@ def run_smoke(cfg: SmokeConfig) -> int:
     paths = Paths(root, recipes)
     for folder in (paths.logs, paths.stage2):
         folder.mkdir(parents=True, exist_ok=True)
-    log = PhaseLog(root / "phases.json")
     name = profile_name(cfg.device, cfg.engine)
+    log = PhaseLog(root / "phases.json", name)
     print(f"[smoke] {name} profile (stage 1: {profile.stage1_engine}; actor: {profile.actor_engine}, TP "
           f"{profile.actor_tp}; teachers: {profile.teacher_backends}), output in {root}")
     env = profile.environment()
@@ -361,10 +450,10 @@ def run_smoke(cfg: SmokeConfig) -> int:
             inputs = build_inputs(cfg, paths)
         for platform in PLATFORMS:
             with log.phase(f"stage1/{platform}"):
-                run_stage1(paths, profile, env, inputs, platform, cfg.timeout)
+                run_stage1(paths, profile, env, inputs, platform, cfg.timeout, log.expected(f"stage1/{platform}"))
         for name, steps in (("stage2", RESUME_STEP), ("stage2_resume", STAGE2_STEPS)):
             with log.phase(name):
-                run_stage2(paths, profile, env, inputs, name, steps, cfg.timeout)
+                run_stage2(paths, profile, env, inputs, name, steps, cfg.timeout, log.expected(name))
         with (root / "metrics.jsonl").open("w", encoding="utf-8") as merged:
             for name in ("stage2", "stage2_resume"):
                 merged.write((paths.stage2 / f"{name}_metrics.jsonl").read_text(encoding="utf-8"))
@@ -383,10 +472,13 @@ def run_smoke(cfg: SmokeConfig) -> int:
     total = sum(r["seconds"] for r in log.records)
     phases = ", ".join(f"{r['phase']} {r['seconds']:.0f} s" for r in log.records)
     print(f"[smoke] {len(checks) - len(failed)}/{len(checks)} checks passed in {total:.0f} s ({phases}); output in {root}")
+    if not failed:
+        log.passed()
     return 1 if failed else 0
 
 
-def run_stage1(paths: Paths, profile: Profile, env: dict, inputs: dict, platform: str, timeout: float) -> None:
+def run_stage1(paths: Paths, profile: Profile, env: dict, inputs: dict, platform: str, timeout: float,
+               expected: float | None = None) -> None:
     """verl's SFT trainer on the platform's stage-1 recipe + smoke profile, then its checkpoint merged to HF."""
     folder = paths.stage1(platform)
     folder.mkdir(parents=True, exist_ok=True)
@@ -394,14 +486,17 @@ def run_stage1(paths: Paths, profile: Profile, env: dict, inputs: dict, platform
     stage1_env = {**env, "TEACHER_BASE": str(inputs["base"]), "CKPT_DIR": str(folder / "ckpt"),
                   "SFT_TRAIN_FILES": str(sft / "train.parquet"), "SFT_VAL_FILES": str(sft / "val.parquet"),
                   "VERL_FILE_LOGGER_PATH": str(folder / "metrics.jsonl")}
+    log = paths.logs / f"stage1_{platform}.log"
     run_process([sys.executable, "-m", "verl.trainer.sft_trainer_ray", f"--config-path={paths.recipes}",
                  f"--config-name=stage1_teacher_sft_{platform}", f"+smoke={profile.stage1}"],
-                stage1_env, paths.logs / f"stage1_{platform}.log", timeout, cwd=folder)
+                stage1_env, log, timeout, cwd=folder,
+                progress=lambda elapsed: progress_line(f"stage1/{platform}", elapsed, log, folder / "metrics.jsonl",
+                                                       STAGE1_STEPS, expected))
     teacher_folder(profile.stage1_engine, stage1_step_folder(folder, STAGE1_STEPS), paths.teacher(platform))
 
 
 def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: str, steps: int,
-               timeout: float) -> None:
+               timeout: float, expected: float | None = None) -> None:
     """``python -m verl_mopd.trainer.main`` on the stage-2 recipe + smoke profile up to ``steps``
     (resuming from the latest checkpoint in the run's folder, as verl's ``resume_mode: auto`` does)."""
     stage2_env = {**env, "TRAIN_FILES": str(inputs["rl"] / "train.parquet"),
@@ -411,10 +506,12 @@ def run_stage2(paths: Paths, profile: Profile, env: dict, inputs: dict, name: st
                   "VERL_MOPD_STEP_DUMP": str(paths.stage2 / "dumps"),
                   "VERL_MOPD_ROLLOUT_SYNC_LOG": str(paths.stage2 / "rollout_sync.jsonl"),
                   "VERL_FILE_LOGGER_PATH": str(paths.stage2 / f"{name}_metrics.jsonl")}
+    log, metrics = paths.logs / f"{name}.log", paths.stage2 / f"{name}_metrics.jsonl"
     run_process([sys.executable, "-m", "verl_mopd.trainer.main", f"--config-path={paths.recipes}",
                  "--config-name=stage2_mopd_qwen3vl8b", f"+smoke={profile.stage2}",
                  f"trainer.total_training_steps={steps}"],
-                stage2_env, paths.logs / f"{name}.log", timeout, cwd=paths.stage2)
+                stage2_env, log, timeout, cwd=paths.stage2,
+                progress=lambda elapsed: progress_line(name, elapsed, log, metrics, steps, expected))
 
 
 def checks_tensor_parallel(profile: Profile) -> bool:
@@ -433,10 +530,12 @@ def run_tp_check(paths: Paths, profile: Profile, env: dict, student: Path, timeo
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
+        log = paths.logs / f"tp_check_tp{tp}.log"
         run_process([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(tp), "--master_port",
                      str(port), "-m", "verl_mopd.testing.megatron_check", "--model", str(student), "--tp", str(tp),
                      "--train", "--out", str(folder / f"tp{tp}.json")],
-                    env, paths.logs / f"tp_check_tp{tp}.log", timeout, cwd=folder)
+                    env, log, timeout, cwd=folder,
+                    progress=lambda elapsed, tp=tp, log=log: progress_line(f"TP {tp} train step", elapsed, log))
 
 
 def stage1_step_folder(folder: Path, step: int) -> Path:
@@ -514,6 +613,7 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
     check("stage 2: steps 1-2, then 3 after the restart", lambda: (
         sorted(first) == [1, 2] and sorted(resumed) == [3] and sorted(dumps) == [1, 2, 3],
         f"first process logged steps {sorted(first)}, the resumed one {sorted(resumed)}; dumps of {sorted(dumps)}"))
+    mopd = run_config(paths)["mopd"]
     check("teacher log-probs = direct forward", lambda: _check_teachers(paths, profile, dumps))
     check("student log-probs at step 1 = direct forward", lambda: _check_student(paths, profile, dumps))
     if checks_tensor_parallel(profile):
@@ -523,6 +623,8 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
         check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs",
               lambda m=m, rows=rows: _check_k3(m, rows, profile.k3_tolerance))
         check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
+        check(f"step {step}: gate = recomputed from the scores (group mean {mopd['gate_metric']} <= tau_kl)",
+              lambda rows=rows: _check_gate_value(rows, mopd))
         check(f"step {step}: grad norm > 0", lambda m=m: (m["actor/grad_norm"] > 0,
                                                           f"actor/grad_norm {m['actor/grad_norm']:.3g}"))
         check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
@@ -653,8 +755,12 @@ def _check_k3(m: dict, rows: list[dict], tolerance: float) -> tuple[bool, str]:
     got, got_tokens = m["actor/mopd/k3_sum_kl_on"], m["actor/mopd/kl_on_tokens"]
     rel = abs(got - want) / max(abs(want), 1e-12)
     ok = rel <= tolerance and int(round(got_tokens)) == tokens and tokens > 0
+    weights = [row["rollout_is_weights"][row["response_mask"].bool()] for row in rows
+               if row["gate"] and row["rollout_is_weights"] is not None]
+    spread = (f"; IS weights {min(float(w.min()) for w in weights):.3f}..{max(float(w.max()) for w in weights):.3f}"
+              if weights else "; no IS weights")
     return ok, (f"actor {got:.6g} over {got_tokens:.0f} tokens (mean {m['actor/mopd/k3_mean_kl_on']:.4f}); "
-                f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= {tolerance:g}")
+                f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= {tolerance:g}{spread}")
 
 
 def _check_gate(m: dict, rows: list[dict]) -> tuple[bool, str]:
@@ -663,6 +769,40 @@ def _check_gate(m: dict, rows: list[dict]) -> tuple[bool, str]:
     actor = m["actor/mopd/kl_on_samples"] / len(rows)
     ok = abs(actor - driver) < 1e-9 and abs(on / len(rows) - driver) < 1e-9
     return ok, f"driver {driver:.4f}, actor {actor:.4f} ({m['actor/mopd/kl_on_samples']:.0f} of {len(rows)} samples)"
+
+
+#: the score of a fully correct action (the UI-MOPD reward's +1 level), which makes ``acc`` 1
+FULLY_CORRECT = 1.0
+
+
+def run_config(paths: Paths) -> dict:
+    """The stage-2 config the trainer ran with, as Hydra saved it (``outputs/<date>/<time>/.hydra``)."""
+    from omegaconf import OmegaConf
+
+    saved = sorted((paths.stage2 / "outputs").glob("*/*/.hydra/config.yaml"))
+    if not saved:
+        raise FileNotFoundError(f"no .hydra/config.yaml under {paths.stage2 / 'outputs'}")
+    return OmegaConf.to_container(OmegaConf.load(saved[0]), resolve=False)
+
+
+def _check_gate_value(rows: list[dict], mopd: dict) -> tuple[bool, str]:
+    """The stored gate against the gate recomputed here from the dumped scores and groups, in float64:
+    KL on for every rollout of a group whose mean ``gate_metric`` is at most ``tau_kl``, off otherwise."""
+    metric, tau = mopd["gate_metric"], float(mopd["tau_kl"])
+    if metric not in ("acc", "rm_scores"):
+        return False, f"gate_metric {metric!r}: the smoke recomputes 'acc' and 'rm_scores' only"
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        value = float(row["score"] == FULLY_CORRECT) if metric == "acc" else float(row["score"])
+        groups.setdefault(row["uid"], []).append(value)
+    means = {uid: math.fsum(values) / len(values) for uid, values in groups.items()}
+    wrong = [row for row in rows if (row["gate"] > 0) != (means[row["uid"]] <= tau)]
+    on = sum(row["gate"] > 0 for row in rows)
+    boundary = sum(mean == tau for mean in means.values())
+    return not wrong and bool(rows), (
+        f"KL on for {on} of {len(rows)} samples; recomputed (group mean {metric} <= {tau:g}): "
+        f"{sum(means[row['uid']] <= tau for row in rows)}; {len(wrong)} differ; "
+        f"{len(groups)} groups, {boundary} exactly at tau_kl")
 
 
 def _check_pg(rows: list[dict]) -> tuple[bool, str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,11 +233,12 @@ def _chat(messages: list[dict]) -> list[dict]:
 
 
 def warm_up(folder: str | os.PathLike, examples: Sequence[dict[str, Any]], steps: int, lr: float = 3e-3,
-            batch_size: int = 8, seed: int = 0) -> list[float]:
+            batch_size: int = 8, seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
     """Train the model in ``folder`` on the assistant turns of ``examples``, in place (AdamW, constant lr).
 
     Each step is a batch of ``batch_size`` examples drawn without replacement (reshuffled per pass),
     right-padded; the loss is the token mean over the assistant turns (prompts and padding masked).
+    ``on_step(step, loss)`` is called after each step (1-based), for progress.
 
     Returns:
         the loss of every step.
@@ -271,6 +272,8 @@ def warm_up(folder: str | os.PathLike, examples: Sequence[dict[str, Any]], steps
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(len(losses), losses[-1])
     model.eval()
     model.save_pretrained(folder)
     return losses

@@ -10,6 +10,9 @@ in the hybrid actor worker. verl's own ``hf_rollout.HFRollout`` is the legacy sy
   ``image_grid_thw``, and transformers computes the mrope positions (``mm_token_type_ids``) itself.
   ``max_tokens`` is capped as verl's SGLang server caps it; per-token log-probs of the sampled tokens
   (temperature-scaled, untruncated, as SGLang/vLLM report them) when ``logprobs`` is asked for.
+  It computes in the rollout's ``dtype`` (verl's ``rollout.dtype``, bfloat16 by default) under CPU
+  autocast, over fp32 weights: like SGLang beside an fp32 actor, its log-probs differ from the actor's
+  by ~1e-2, so rollout-correction IS weights differ from 1 and the loss's use of them is checkable.
 - :class:`HFReplica`: launches one server actor per replica (``num_cpus=0``: it runs beside the actor
   worker, as a hybrid rollout shares its GPU).
 - :class:`HFServerAdapter` (``_ROLLOUT_REGISTRY[("hf", "async")]``): drains verl's per-tensor weight
@@ -43,6 +46,11 @@ def tensor_digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()).hexdigest()
 
 
+#: verl's ``rollout.dtype`` values -> the CPU autocast dtype (``None``: plain fp32)
+AUTOCAST = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+            "half": torch.float16, "float32": None, "fp32": None}
+
+
 def _server_name(replica_rank: int) -> str:
     return f"verl_mopd_hf_rollout_{replica_rank}"
 
@@ -64,6 +72,10 @@ class HFRolloutServer:
         self.is_vl = hasattr(hf_config, "vision_config")
         auto = AutoModelForImageTextToText if self.is_vl else AutoModelForCausalLM
         self.model = auto.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust).eval()
+        dtype = str(getattr(self.config, "dtype", "float32"))
+        if dtype not in AUTOCAST:
+            raise ValueError(f"hf rollout: rollout.dtype={dtype!r}; supported: {sorted(AUTOCAST)}")
+        self.autocast = AUTOCAST[dtype]
         self.image_processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust).image_processor \
             if self.is_vl else None
         self.image_token_id = getattr(hf_config, "image_token_id", None)
@@ -119,7 +131,8 @@ class HFRolloutServer:
                           top_k=top_k if top_k > 0 else 0)
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        with self._lock, torch.no_grad():
+        with self._lock, torch.no_grad(), torch.autocast("cpu", dtype=self.autocast or torch.bfloat16,
+                                                         enabled=self.autocast is not None):
             out = self.model.generate(**inputs, **kwargs)
         new = out.sequences[0, ids.shape[1]:].tolist()
         finish = "length"
