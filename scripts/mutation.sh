@@ -6,7 +6,7 @@
 #   scripts/mutation.sh --survivors gate # after adding tests: rerun only the mutants that survived
 #   scripts/mutation.sh --score          # only print the scores of what the last runs left in mutants/
 #
-# Modules: losses router gate score quota sampler smoke (the smoke's check functions only).
+# Modules: losses router gate score quota sampler smoke (the smoke's check functions only); losses-core.
 # Install: pip install "mutmut>=3.8,<4" (3.8.1 measured the scores in docs/reliability.md).
 # The tests it runs are the fast ones listed under [tool.mutmut] in pyproject.toml; mutmut maps each
 # mutated function to the tests that call it and runs only those, one mutant at a time, under
@@ -18,6 +18,11 @@ cd "$(dirname "$0")/.."
 
 declare -A GLOBS=(
   [losses]="verl_mopd.losses.*"
+  # the loss's pure core: K3, the reward gate, the thought window, kept weights, mopd_kl_loss
+  [losses-core]="verl_mopd.losses.xǁ_K3ǁ* verl_mopd.losses.x_k3_kl__* verl_mopd.losses.x__group_index__*
+                 verl_mopd.losses.x_reward_gate__* verl_mopd.losses.x_thought_end_index__*
+                 verl_mopd.losses.x__thought_window_BT__* verl_mopd.losses.x_counted_tokens__*
+                 verl_mopd.losses.x_kept_kl_mask__* verl_mopd.losses.x_mopd_kl_loss__*"
   [router]="verl_mopd.teachers.router.*"
   [gate]="verl_mopd.trainer.gate.*"
   [score]="verl_mopd.rewards.score.*"
@@ -32,7 +37,7 @@ declare -A GLOBS=(
            verl_mopd.testing.smoke.x_k3_reference__* verl_mopd.testing.smoke.x_read_metrics__*
            verl_mopd.testing.smoke.x_format_table__* verl_mopd.testing.smoke.xǁCheckǁas_dict__*"
 )
-ORDER=(losses router gate score quota sampler smoke)
+ORDER=(losses router gate score quota sampler smoke)  # losses-core: a part of losses, named on its own
 
 score_only=0
 survivors=0
@@ -54,7 +59,8 @@ if [[ $score_only -eq 0 ]]; then
   globs=()
   if [[ $survivors -eq 1 ]]; then
     # the names of the survivors (and untested mutants) of these modules, from the last run's results
-    mapfile -t globs < <("$0" --score "${modules[@]}" | awk '$1 == "survived" || $1 == "no" {print $NF}')
+    mapfile -t globs < <(MUTATION_LIST_UNRUN=1 "$0" --score "${modules[@]}" |
+                         awk '$1 == "survived" || $1 == "no" || $1 == "not" {print $NF}')
     [[ ${#globs[@]} -gt 0 ]] || { echo "scripts/mutation.sh: no survivors to rerun"; exit 0; }
   else
     for m in "${modules[@]}"; do
@@ -68,37 +74,42 @@ fi
 
 # The score per module: killed / (killed + survived + no tests + timeout + suspicious), from mutmut's files.
 python - "${modules[@]}" <<'EOF'
-import fnmatch, json, sys
+import fnmatch, json, os, sys
 from collections import Counter
 from pathlib import Path
 
 from mutmut.stats import status_by_exit_code
 
-files = {"losses": "verl_mopd/losses.py", "router": "verl_mopd/teachers/router.py",
+files = {"losses": "verl_mopd/losses.py", "losses-core": "verl_mopd/losses.py", "router": "verl_mopd/teachers/router.py",
          "gate": "verl_mopd/trainer/gate.py", "score": "verl_mopd/rewards/score.py",
          "quota": "verl_mopd/batching/quota.py", "sampler": "verl_mopd/batching/sampler.py",
          "smoke": "verl_mopd/testing/smoke.py"}
 smoke_functions = ["x__check_stage1", "x__check_tp", "x__k3_rows", "x__check_k3", "x__check_gate", "x__check_pg",
                    "x__check_platform_metrics", "x__check_syncs", "x__check_resume", "x__same_state",
                    "x_k3_reference", "x_read_metrics", "x_format_table", "xǁCheckǁas_dict"]
-print(f"{'module':<8} {'mutants':>7} {'killed':>6} {'survived':>8} {'no tests':>8} {'other':>5} {'unrun':>5}  score")
+core_functions = ["xǁ_K3ǁforward", "xǁ_K3ǁbackward", "x_k3_kl", "x__group_index", "x_reward_gate",
+                  "x_thought_end_index", "x__thought_window_BT", "x_counted_tokens", "x_kept_kl_mask", "x_mopd_kl_loss"]
+print(f"{'module':<11} {'mutants':>7} {'killed':>6} {'survived':>8} {'no tests':>8} {'other':>5} {'unrun':>5}  score")
 for module in sys.argv[1:]:
     meta = Path("mutants") / (files[module] + ".meta")
     if not meta.exists():
-        print(f"{module:<8} (not run)")
+        print(f"{module:<11} (not run)")
         continue
     results = json.loads(meta.read_text())["exit_code_by_key"]
-    if module == "smoke":
+    scope = {"smoke": smoke_functions, "losses-core": core_functions}.get(module)
+    if scope:
         results = {k: v for k, v in results.items()
-                   if any(fnmatch.fnmatch(k.rsplit(".", 1)[1], f + "__mutmut_*") for f in smoke_functions)}
+                   if any(fnmatch.fnmatch(k.rsplit(".", 1)[1], f + "__mutmut_*") for f in scope)}
     counts = Counter(status_by_exit_code[v] for v in results.values())
     killed, survived, untested = counts["killed"] + counts["timeout"], counts["survived"], counts["no tests"]
     unrun = counts["not checked"] + counts["skipped"]
     other = sum(counts.values()) - killed - survived - untested - unrun
     tested = killed + survived + untested + other
     score = f"{100 * killed / tested:.1f}%" if tested else "-"
-    print(f"{module:<8} {len(results):>7} {killed:>6} {survived:>8} {untested:>8} {other:>5} {unrun:>5}  {score}")
+    print(f"{module:<11} {len(results):>7} {killed:>6} {survived:>8} {untested:>8} {other:>5} {unrun:>5}  {score}")
+    shown = ("survived", "no tests", "suspicious", "segfault") + (
+        ("not checked",) if os.environ.get("MUTATION_LIST_UNRUN") else ())
     for name, v in sorted(results.items()):
-        if status_by_exit_code[v] in ("survived", "no tests", "suspicious", "segfault"):
-            print(f"    {status_by_exit_code[v]:<9} {name}")
+        if status_by_exit_code[v] in shown:
+            print(f"    {status_by_exit_code[v]:<11} {name}")
 EOF

@@ -123,3 +123,116 @@ def test_a_domain_with_a_zero_quota_is_never_paused_and_one_with_quota_one_is():
     s.add("a0", "a")
     assert s.can_fill("a") and s.can_fill("b")  # covered exactly; b needs nothing
     assert s.paused_domains() == {"a"}
+
+
+def test_no_fallback_when_every_domain_fills_its_quota_even_with_a_zero_wait_bound():
+    s = QuotaScheduler(QuotaConfig(shares={"desktop": 0.5, "mobile": 0.5}, max_wait_groups=0))
+    s.start_batch(4, now=0.0)
+    for i in range(2):
+        s.add(f"d{i}", "desktop")
+        s.add(f"m{i}", "mobile")
+    decision = s.poll(now=0.0)
+    assert decision.batch == ["d0", "d1", "m0", "m1"] and decision.fallback is False
+    assert decision.paused == frozenset()
+    assert (s.fallback_batches_total, s.fallback_slots_total) == (0, 0)
+    # polling the closed batch again gives the same batch, nothing paused, the same fallback flag
+    again = s.poll(now=1.0)
+    assert again.batch == decision.batch and again.paused == frozenset() and again.fallback is False
+
+
+def test_scheduler_misuse_is_named():
+    s = _scheduler()
+    with pytest.raises(RuntimeError, match=r"^poll called with no open batch; call start_batch first$"):
+        s.poll(now=0.0)
+    s.start_batch(2, now=0.0)
+    with pytest.raises(RuntimeError, match=r"^start_batch called while a batch is open; finish it with poll\(\) "
+                                           r"first$"):
+        s.start_batch(2, now=0.0)
+    for bad in (0, -1, 2.0):
+        with pytest.raises(ValueError, match=f"^batch_size={bad!r}; must be a positive int$"):
+            s.quotas_for(bad)
+
+
+def test_quotas_follow_the_cumulative_deficit_over_batches():
+    """floor(share * batch) each, the extra slots to the largest cumulative deficit: target over the
+    slots after this batch, minus what was granted before, minus this batch's floor. Batch 4, by hand:
+    granted so far 11, 3, 9 of 23 slots; targets at 33 slots 16.5, 4.125, 12.375; floors 5, 1, 3;
+    deficits 0.5, 0.125, 0.375: the one extra slot goes to d0."""
+    s = QuotaScheduler(QuotaConfig(shares={"d0": 0.5, "d1": 0.125, "d2": 0.375}))
+    got = []
+    for size in (10, 8, 5, 10, 6, 4):
+        quotas = s.quotas_for(size)
+        got.append(quotas)
+        for d, q in quotas.items():
+            s.granted_total[d] += q
+    assert got == [{"d0": 5, "d1": 1, "d2": 4}, {"d0": 4, "d1": 1, "d2": 3}, {"d0": 2, "d1": 1, "d2": 2},
+                   {"d0": 6, "d1": 1, "d2": 3}, {"d0": 3, "d1": 1, "d2": 2}, {"d0": 2, "d1": 0, "d2": 2}]
+    # and the granted mix stays within one group of the target
+    total = sum(s.granted_total.values())
+    assert all(abs(s.granted_total[d] - share * total) < 1 for d, share in s.config.shares.items())
+
+
+@pytest.mark.parametrize("shares, message", [
+    ({}, "quota.shares is empty; give a share per domain, e.g. {mobile: 0.5, desktop: 0.5}"),
+    ({"": 1.0}, "quota.shares has key ''; keys must be non-empty domain names"),
+    ({1: 1.0}, "quota.shares has key 1; keys must be non-empty domain names"),
+    ({"a": True}, "quota.shares['a']=True; must be a number > 0"),
+    ({"a": 0, "b": 1.0}, "quota.shares['a']=0; must be a number > 0"),
+])
+def test_bad_shares_are_named(shares, message):
+    with pytest.raises(ValueError) as err:
+        QuotaConfig(shares=shares)
+    assert str(err.value) == "invalid quota config:\n  " + message
+
+
+def test_every_config_error_is_listed_one_a_line():
+    with pytest.raises(ValueError) as err:
+        QuotaConfig(shares={"a": 1.0}, max_wait_seconds=float("inf"), backpressure_ahead_batches=-1)
+    assert str(err.value) == (
+        "invalid quota config:\n"
+        "  quota.max_wait_seconds=inf; must be a finite number of seconds >= 0 (default 600): a domain whose "
+        "rollouts hang finishes no group, so only this bound ends the wait\n"
+        "  quota.backpressure_ahead_batches=-1; must be an int >= 0")
+
+
+def test_shares_are_stored_as_floats_keyed_by_name():
+    cfg = QuotaConfig(shares={"a": 1})
+    assert cfg.shares == {"a": 1.0} and type(cfg.shares["a"]) is float
+
+
+def test_a_new_scheduler_has_no_batch_no_quota_and_pauses_nothing():
+    s = QuotaScheduler(QuotaConfig(shares={"desktop": 0.5, "mobile": 0.5}, backpressure_ahead_batches=1))
+    assert s.last_batch is None
+    assert s.progress() == {"desktop": (0, 0), "mobile": (0, 0)}
+    s.add("d0", "desktop")  # a group that arrives before the first batch opens
+    assert s.paused_domains() == frozenset()
+
+
+def test_the_group_bound_counts_only_groups_finished_while_waiting():
+    s = QuotaScheduler(QuotaConfig(shares={"desktop": 0.5, "mobile": 0.5}, max_wait_groups=1))
+    s.start_batch(4, now=0.0)
+    s.add("d0", "desktop")
+    s.add("d1", "desktop")  # desktop covers its quota only now: no group finished while waiting yet
+    decision = s.poll(now=0.0)
+    assert decision.batch is None and decision.fallback is False
+    s.note_finished("desktop")  # one group finished while the batch waits on mobile: the bound
+    s.add("d2", "desktop")
+    s.add("d3", "desktop")
+    decision = s.poll(now=0.0)
+    assert decision.fallback is True and decision.batch == ["d0", "d1", "d2", "d3"]
+
+
+def test_slots_the_fallback_gave_in_an_earlier_poll_count_once_each():
+    s = QuotaScheduler(QuotaConfig(shares={"a": 0.4, "b": 0.2, "c": 0.4}, max_wait_groups=0))
+    assert s.start_batch(7, now=0.0) == {"a": 3, "b": 1, "c": 3}
+    s.add("b0", "b")
+    s.add("b1", "b")
+    assert s.poll(now=0.0).batch is None and s.fallback_accepted == ["b1"]  # nothing else to give yet
+    for i in range(2, 8):
+        s.add(f"b{i}", "b")
+    for i in range(6):
+        s.add(f"c{i}", "c")
+    assert s._tie_order["b"] < s._tie_order["c"]  # the seeded tie order: b first on a tie
+    decision = s.poll(now=0.0)
+    # a's 3 slots, 1 given: b counts 1 + 1 = 2 (2 / 0.2 = 10), c 3 (7.5): c3; then b 10 = c 10: b2
+    assert decision.batch == ["b0", "c0", "c1", "c2", "b1", "c3", "b2"]

@@ -10,8 +10,15 @@ import torch
 from verl.protocol import DataProto
 from verl.utils import tensordict_utils as tu
 
-from verl_mopd.teachers.router import UnknownRouteError, check_known, get_field, merge, routing_keys, split, \
-    take_rows
+from verl_mopd.teachers.router import (
+    UnknownRouteError,
+    check_known,
+    get_field,
+    merge,
+    routing_keys,
+    split,
+    take_rows,
+)
 
 
 def test_split_gives_rows_in_order_of_first_occurrence():
@@ -27,6 +34,9 @@ def test_unknown_keys_name_the_field():
     assert str(err.value).startswith("platform value(s) ['x'] have no teacher; configured teachers: ['desktop'].")
     with pytest.raises(UnknownRouteError, match=r"^domain value\(s\) \['x'\]"):
         check_known(["x"], ["desktop"], field="domain")
+
+
+def test_split_names_the_routing_field_of_an_unknown_key():
     with pytest.raises(UnknownRouteError, match=r"^platform value\(s\) \['x'\]"):
         split(["x"], known=["desktop"])
     with pytest.raises(UnknownRouteError, match=r"^domain value\(s\) \['x'\] .* mopd.teachers.<domain>"):

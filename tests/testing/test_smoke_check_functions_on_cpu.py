@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from verl_mopd.batching.sampler import STATE_FILE  # imports verl: once, at collection, not in a test
 from verl_mopd.testing import smoke
 
 
@@ -109,6 +110,12 @@ def test_check_gate_needs_the_driver_the_actor_and_the_dumped_gate_to_agree():
     assert not smoke._check_gate({"mopd/kl_mask_on_fraction": 0.5, "actor/mopd/kl_on_samples": 2.0}, rows)[0]
     flipped = [dict(r, gate=not r["gate"]) for r in rows]  # the dumped gate differs from both
     assert not smoke._check_gate(m, flipped)[0]
+
+
+def test_check_gate_refuses_an_actor_fraction_exactly_1e_9_off():
+    off = [_row(gate=False)]
+    # the driver and the dump agree (0 of 1); the actor's 1e-9 - 0.0 is exactly the bound: not below it
+    assert not smoke._check_gate({"mopd/kl_mask_on_fraction": 0.0, "actor/mopd/kl_on_samples": 1e-9}, off)[0]
 
 
 def test_check_gate_allows_a_difference_below_1e_9_only():
@@ -210,8 +217,6 @@ def test_check_syncs_without_a_sync_log_compares_log_probs(tmp_path):
 
 def _write_resume(paths, *, on_disk, end, begin, extra_records=(), held_end=("p1",), held_begin=("p1",),
                   wrap=True, folders=(smoke.RESUME_STEP,)):
-    from verl_mopd.batching.sampler import STATE_FILE
-
     dumps = paths.stage2 / "dumps"
     dumps.mkdir(parents=True, exist_ok=True)
     records = [
