@@ -3,10 +3,12 @@
 :mod:`verl_mopd.testing.cpu.megatron_patches` lists every monkeypatch of the harness with the upstream
 ``file:line`` it stands in for, and every CUDA call site the redirect answers. A pin bump that moves
 any of them fails here, naming the line, before an engine test fails somewhere deep in Megatron.
-(The harness is never imported in this process: it installs itself on import.)
+(The harness is never imported in this process, only in subprocesses: it installs itself on import.)
 """
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +48,42 @@ def test_the_patch_list_covers_every_library_the_harness_touches():
     files = {p.upstream.split("/", 2)[0] + "/" + p.upstream.split("/", 2)[1] for p in PATCHES}
     assert {"megatron/core", "megatron/bridge", "verl/workers", "verl/utils"} <= files
     assert len({p.target for p in PATCHES}) == len(PATCHES)  # one entry per replaced attribute
+
+
+def test_the_harness_installs_each_patch_when_its_module_is_first_imported(tmp_path):
+    """``import verl`` with the harness imports neither verl's engines nor megatron (a Ray worker that builds no
+    model pays for neither); the first import of verl's engines installs every Megatron patch and registration."""
+    from verl_mopd.testing.cpu import environment
+
+    script = """
+import sys
+import verl
+before = sorted(m for m in ("verl.workers.engine", "megatron.core", "megatron.bridge") if m in sys.modules)
+import verl.workers.engine
+import verl.models.mcore.model_forward_fused as fused
+from megatron.bridge.models import gpt_provider
+from verl.workers.config.engine import McoreEngineConfig
+from verl.workers.engine.base import EngineRegistry
+import verl_mopd.testing.cpu.megatron as harness
+print("before", before)
+print("engines", sorted(b for b, devices in EngineRegistry._engines["language_model"].items() if "cpu" in devices))
+print("patched", gpt_provider.transformer_engine_layer_spec is harness.cpu_gpt_layer_spec,
+      fused.linear_cross_entropy is harness.torch_linear_cross_entropy,
+      getattr(McoreEngineConfig.__post_init__, "_cpu_harness", False), harness.CPUDotProductAttention is not None)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, **environment(megatron=True)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert lines["before"] == "[]"
+    assert lines["engines"] == "['fsdp', 'fsdp2', 'megatron']"
+    assert lines["patched"] == "True True True True"
+
+
+def test_the_harness_refuses_megatron_bridge_imported_before_megatron_core(tmp_path):
+    from verl_mopd.testing.cpu import environment
+
+    done = subprocess.run([sys.executable, "-c", "import verl, megatron.bridge"], capture_output=True, text=True,
+                          timeout=300, check=False, env={**os.environ, **environment(megatron=True)}, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "megatron.bridge is being imported before megatron.core" in done.stderr
