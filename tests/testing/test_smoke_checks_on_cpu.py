@@ -82,3 +82,50 @@ def test_the_gate_check_reads_kept_normalization_masks_and_rm_scores():
     ok, detail = smoke._check_gate_value(_gate_rows(SCORES, RIGHT), {"gate_metric": "format", "tau_kl": 0.5})
     assert not ok and "recomputes 'acc' and 'rm_scores' only" in detail
     assert not smoke._check_gate_value([], MOPD)[0]
+
+
+def test_no_resume_runs_stage_2_in_one_process():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    smoke.add_smoke_arguments(parser)
+    assert parser.parse_args([]).resume is True
+    assert parser.parse_args(["--no-resume"]).resume is False
+    assert smoke.STAGE2_LAUNCHES[-1] == ("stage2_resume", smoke.STAGE2_STEPS)  # the one --no-resume runs (as stage2)
+
+
+def _loss_rows():
+    torch.manual_seed(0)
+    rows = []
+    for i in range(4):
+        n = 5 + i
+        rows.append({"gate": float(i != 1), "kl_start": None, "response_mask": torch.ones(n),
+                     "teacher": torch.randn(n, dtype=torch.float32) - 2, "student": torch.randn(n) - 2,
+                     "rollout_is_weights": 1 + 0.05 * torch.randn(n)})
+    return rows
+
+
+CONFIG = {"distillation": {"distillation_loss": {"distillation_loss_coef": 0.01}}, "mopd": {"normalization": "all"}}
+
+
+def _loss_metrics(rows, config=CONFIG, pg=-0.08):
+    k3_sum, on_tokens, _ = smoke._k3_rows(rows)
+    tokens = on_tokens if config["mopd"]["normalization"] == "kept" else sum(len(r["response_mask"]) for r in rows)
+    distillation = k3_sum / tokens
+    beta = config["distillation"]["distillation_loss"]["distillation_loss_coef"]
+    return {"actor/distillation/loss": distillation, "actor/pg_loss": pg, "actor/loss": pg + beta * distillation}
+
+
+@pytest.mark.parametrize("normalization", ["all", "kept"])
+def test_the_loss_terms_check_pins_beta_and_the_normalization(normalization):
+    rows, config = _loss_rows(), {**CONFIG, "mopd": {"normalization": normalization}}
+    m = _loss_metrics(rows, config)
+    ok, detail = smoke._check_loss_terms(m, rows, config, 1e-3)
+    assert ok, detail
+    assert f"/ {sum(5 + i for i in range(4)) - 6 if normalization == 'kept' else 26} tokens ({normalization})" in detail
+    for tampered in ({**m, "actor/distillation/loss": m["actor/distillation/loss"] * 1.01},   # another denominator
+                     {**m, "actor/loss": m["actor/pg_loss"] + 0.02 * m["actor/distillation/loss"]},  # beta doubled
+                     {**m, "actor/loss": m["actor/pg_loss"]}):  # the distillation term left out
+        assert not smoke._check_loss_terms(tampered, rows, config, 1e-3)[0]
+    other = {**config, "mopd": {"normalization": "kept" if normalization == "all" else "all"}}
+    assert not smoke._check_loss_terms(m, rows, other, 1e-3)[0]  # the other normalization's denominator

@@ -49,6 +49,9 @@ from verl_mopd.gpu_stack import NO_DEPS
 
 PLATFORMS = ("desktop", "mobile")
 STAGE1_STEPS, STAGE2_STEPS, RESUME_STEP = 2, 3, 2
+#: stage 2's trainer processes: steps 1-2 (a checkpoint at 2), then a restart that resumes for step 3
+#: (``--no-resume``: the last one alone, steps 1-3 in one process)
+STAGE2_LAUNCHES = (("stage2", RESUME_STEP), ("stage2_resume", STAGE2_STEPS))
 REPO_RECIPES = "recipes/ui_mopd"
 
 
@@ -119,6 +122,7 @@ class SmokeConfig:
     fixture_trajectories: int = 8  # per platform
     seed: int = 0
     recipes: str | None = None   # default: the package's repository recipes folder
+    resume: bool = True          # stage 2 stops after step 2 and a second process resumes it for step 3
 
     def __post_init__(self):
         if self.device not in ("cpu", "cuda"):
@@ -451,17 +455,19 @@ def run_smoke(cfg: SmokeConfig) -> int:
         for platform in PLATFORMS:
             with log.phase(f"stage1/{platform}"):
                 run_stage1(paths, profile, env, inputs, platform, cfg.timeout, log.expected(f"stage1/{platform}"))
-        for name, steps in (("stage2", RESUME_STEP), ("stage2_resume", STAGE2_STEPS)):
+        launches = STAGE2_LAUNCHES if cfg.resume else STAGE2_LAUNCHES[-1:]
+        for name, steps in launches:
+            name = name if cfg.resume else "stage2"
             with log.phase(name):
                 run_stage2(paths, profile, env, inputs, name, steps, cfg.timeout, log.expected(name))
         with (root / "metrics.jsonl").open("w", encoding="utf-8") as merged:
-            for name in ("stage2", "stage2_resume"):
+            for name in ("stage2", "stage2_resume")[: len(launches)]:
                 merged.write((paths.stage2 / f"{name}_metrics.jsonl").read_text(encoding="utf-8"))
         if checks_tensor_parallel(profile):
             with log.phase(f"actor TP {profile.actor_tp} = TP 1"):
                 run_tp_check(paths, profile, env, inputs["student"], cfg.timeout)
         with log.phase("checks"):
-            checks = run_checks(paths, profile)
+            checks = run_checks(paths, profile, resumed=cfg.resume)
     except PhaseFailed as exc:
         print(f"[smoke] FAILED: {exc}", file=sys.stderr)
         return 1
@@ -588,8 +594,11 @@ def k3_reference(d, linear_above: float, clamp_below: float):
     return torch.where(d > linear_above, tangent, exact)
 
 
-def run_checks(paths: Paths, profile: Profile) -> list[Check]:
-    """Every assertion of the smoke, as a list of checks (none raises: a failure is a FAIL row)."""
+def run_checks(paths: Paths, profile: Profile, resumed: bool = True) -> list[Check]:
+    """Every assertion of the smoke, as a list of checks (none raises: a failure is a FAIL row).
+
+    ``resumed``: stage 2 ran as two processes, the second resuming from the first's checkpoint (else one).
+    """
     import torch
 
     checks: list[Check] = []
@@ -606,14 +615,20 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
               lambda p=platform: _check_stage1(paths, p))
 
     first = read_metrics(paths.stage2 / "stage2_metrics.jsonl")
-    resumed = read_metrics(paths.stage2 / "stage2_resume_metrics.jsonl")
-    metrics = {**first, **resumed}
+    second = read_metrics(paths.stage2 / "stage2_resume_metrics.jsonl") if resumed else {}
+    metrics = {**first, **second}
     dumps = {int(p.stem.split("_")[1]): torch.load(p, weights_only=False)["rows"]
              for p in sorted((paths.stage2 / "dumps").glob("step_*.pt"))}
-    check("stage 2: steps 1-2, then 3 after the restart", lambda: (
-        sorted(first) == [1, 2] and sorted(resumed) == [3] and sorted(dumps) == [1, 2, 3],
-        f"first process logged steps {sorted(first)}, the resumed one {sorted(resumed)}; dumps of {sorted(dumps)}"))
-    mopd = run_config(paths)["mopd"]
+    if resumed:
+        check("stage 2: steps 1-2, then 3 after the restart", lambda: (
+            sorted(first) == [1, 2] and sorted(second) == [3] and sorted(dumps) == [1, 2, 3],
+            f"first process logged steps {sorted(first)}, the resumed one {sorted(second)}; dumps of {sorted(dumps)}"))
+    else:
+        check("stage 2: steps 1-3 in one process (--no-resume)", lambda: (
+            sorted(first) == [1, 2, 3] and sorted(dumps) == [1, 2, 3],
+            f"the process logged steps {sorted(first)}; dumps of {sorted(dumps)}"))
+    config = run_config(paths)
+    mopd = config["mopd"]
     check("teacher log-probs = direct forward", lambda: _check_teachers(paths, profile, dumps))
     check("student log-probs at step 1 = direct forward", lambda: _check_student(paths, profile, dumps))
     if checks_tensor_parallel(profile):
@@ -622,6 +637,8 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
         m, rows = metrics[step], [r for r in dumps.get(step, []) if not r["padding"]]
         check(f"step {step}: actor K3 sum = float64 K3 of the dumped log-probs",
               lambda m=m, rows=rows: _check_k3(m, rows, profile.k3_tolerance))
+        check(f"step {step}: distillation loss = K3 sum / response tokens; loss = pg_loss + beta x it",
+              lambda m=m, rows=rows: _check_loss_terms(m, rows, config, profile.k3_tolerance))
         check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
         check(f"step {step}: gate = recomputed from the scores (group mean {mopd['gate_metric']} <= tau_kl)",
               lambda rows=rows: _check_gate_value(rows, mopd))
@@ -630,8 +647,9 @@ def run_checks(paths: Paths, profile: Profile) -> list[Check]:
         check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
         check(f"step {step}: both platforms' metrics", lambda m=m: _check_platform_metrics(m))
     check("rollout weights = actor weights after every sync", lambda: _check_syncs(paths, metrics))
-    check(f"resume: step {RESUME_STEP + 1} starts from the saved sampler state and held prompts",
-          lambda: _check_resume(paths))
+    if resumed:
+        check(f"resume: step {RESUME_STEP + 1} starts from the saved sampler state and held prompts",
+              lambda: _check_resume(paths))
     return checks
 
 
@@ -763,6 +781,25 @@ def _check_k3(m: dict, rows: list[dict], tolerance: float) -> tuple[bool, str]:
                 f"float64 {want:.6g} over {tokens} tokens; relative error {rel:.1e} <= {tolerance:g}{spread}")
 
 
+def _check_loss_terms(m: dict, rows: list[dict], config: dict, tolerance: float) -> tuple[bool, str]:
+    """beta and the normalization pinned: ``actor/distillation/loss`` is the float64 K3 sum of the dumps over
+    the response tokens (``normalization: all``; the counted ones with ``kept``), and ``actor/loss`` is
+    ``actor/pg_loss + beta * actor/distillation/loss``, beta the run's ``distillation_loss_coef``."""
+    beta = float(config["distillation"]["distillation_loss"]["distillation_loss_coef"])
+    normalization = config["mopd"]["normalization"]
+    k3_sum, on_tokens, _ = _k3_rows(rows)
+    tokens = on_tokens if normalization == "kept" else sum(int(row["response_mask"].sum()) for row in rows)
+    want = k3_sum / max(tokens, 1)
+    got = m["actor/distillation/loss"]
+    rel = abs(got - want) / max(abs(want), 1e-12)
+    total = m["actor/pg_loss"] + beta * got
+    gap = abs(m["actor/loss"] - total) / max(abs(m["actor/pg_loss"]), abs(beta * got), 1e-12)
+    ok = rel <= tolerance and gap <= 1e-6 and tokens > 0
+    return ok, (f"distillation loss {got:.6g} = K3 sum {k3_sum:.6g} / {tokens} tokens ({normalization}) = {want:.6g} "
+                f"(relative {rel:.1e}); loss {m['actor/loss']:.6g} = pg {m['actor/pg_loss']:.6g} + {beta:g} x "
+                f"{got:.6g} (relative {gap:.1e})")
+
+
 def _check_gate(m: dict, rows: list[dict]) -> tuple[bool, str]:
     _, _, on = _k3_rows(rows)
     driver = m["mopd/kl_mask_on_fraction"]
@@ -880,8 +917,11 @@ def add_smoke_arguments(parser: argparse.ArgumentParser) -> None:
                         help="supervised steps (batches of 8) that make the random student write tool calls "
                              "(default 250)")
     parser.add_argument("--recipes", help="the recipes/ui_mopd folder (default: the checkout verl-mopd is installed from)")
+    parser.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="run stage 2's 3 steps in one process, without the restart from the step-2 checkpoint "
+                             "and its check (~2.5 minutes less on CPU)")
 
 
 def run_smoke_command(args: argparse.Namespace) -> int:
     return run_smoke(SmokeConfig(device=args.device, engine=args.engine, out=args.out, timeout=args.timeout,
-                                 warmup_steps=args.warmup_steps, recipes=args.recipes))
+                                 warmup_steps=args.warmup_steps, recipes=args.recipes, resume=args.resume))
