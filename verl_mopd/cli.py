@@ -83,10 +83,11 @@ def _check(args: argparse.Namespace) -> int:
             losses.require_registered()
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
-    from verl_mopd.install_check import print_gpu_stack
+    from verl_mopd.install_check import print_attention_backend, print_gpu_stack
     from verl_mopd.teachers.backends.megatron import check_megatron_stack
 
     print_gpu_stack()  # informational: versions against the supported GPU stack (GPU nodes)
+    print_attention_backend()  # the backend Transformer Engine will use (n/a without TE, on CPU)
     check_megatron_stack()  # informational: needed only by Megatron runs (GPU nodes)
     return 0 if ok else 1
 

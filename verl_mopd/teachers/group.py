@@ -48,6 +48,17 @@ from verl_mopd.teachers.router import check_known, get_field, merge, routing_key
 __all__ = ["PlatformTeacherGroup", "build_worker_group", "data_parallel_size"]
 
 
+def dedicated_resource_pool(cfg: TeacherConfig, *, use_gpu: bool, name: str):
+    """The own ``RayResourcePool`` of a ``placement: dedicated`` teacher: ``cfg.nnodes`` x ``cfg.n_gpus_per_node``
+    bundles of one device each, with verl's default of 10 CPUs (processes) per bundle on a GPU, 1 on CPU."""
+    from verl.single_controller.ray import RayResourcePool
+
+    if cfg.backend == "hf" and cfg.device == "cpu":
+        use_gpu = False  # a CPU teacher takes CPU bundles, even in a GPU run
+    return RayResourcePool(process_on_nodes=[cfg.n_gpus_per_node] * cfg.nnodes, use_gpu=use_gpu,
+                           max_colocate_count=1 if not use_gpu else 10, name_prefix=name)
+
+
 def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | None = None, resource_pool=None,
                        run_config=None):
     """A verl ``RayWorkerGroup`` for one teacher, models loaded.
@@ -57,7 +68,7 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
     each rank's placement bundle asks for one CPU (verl's default of 10 would not fit a small machine).
     ``run_config``: the composed run config, required by ``megatron`` teachers (built like verl's ref).
     """
-    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+    from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
     if cfg.backend == "hf" and cfg.device == "cpu":
         use_gpu = False  # a CPU teacher takes CPU bundles, even in a GPU run
@@ -80,12 +91,7 @@ def build_worker_group(cfg: TeacherConfig, *, use_gpu: bool, num_threads: int | 
     # placement-group and actor names are cluster-wide: unique per build
     name = f"mopd_teacher_{cfg.platform}_{uuid.uuid4().hex[:8]}"
     if resource_pool is None:
-        resource_pool = RayResourcePool(
-            process_on_nodes=[cfg.n_gpus_per_node] * cfg.nnodes,
-            use_gpu=use_gpu,
-            max_colocate_count=1 if not use_gpu else 10,
-            name_prefix=name,
-        )
+        resource_pool = dedicated_resource_pool(cfg, use_gpu=use_gpu, name=name)
     wg = RayWorkerGroup(resource_pool=resource_pool, ray_cls_with_init=init, use_gpu=use_gpu, name_prefix=name)
     wg.init_model()
     return wg
