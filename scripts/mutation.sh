@@ -31,7 +31,8 @@ declare -A GLOBS=(
   # the check functions of `verl-mopd smoke` that read a run's files (not the ones that load models)
   [smoke]="verl_mopd.testing.smoke.x__check_stage1__* verl_mopd.testing.smoke.x__check_tp__*
            verl_mopd.testing.smoke.x__k3_rows__* verl_mopd.testing.smoke.x__check_k3__*
-           verl_mopd.testing.smoke.x__check_gate__* verl_mopd.testing.smoke.x__check_pg__*
+           verl_mopd.testing.smoke.x__check_gate__* verl_mopd.testing.smoke.x__check_gate_value__*
+           verl_mopd.testing.smoke.x__check_pg__*
            verl_mopd.testing.smoke.x__check_platform_metrics__* verl_mopd.testing.smoke.x__check_syncs__*
            verl_mopd.testing.smoke.x__check_resume__* verl_mopd.testing.smoke.x__same_state__*
            verl_mopd.testing.smoke.x_k3_reference__* verl_mopd.testing.smoke.x_read_metrics__*
@@ -84,7 +85,8 @@ files = {"losses": "verl_mopd/losses.py", "losses-core": "verl_mopd/losses.py", 
          "gate": "verl_mopd/trainer/gate.py", "score": "verl_mopd/rewards/score.py",
          "quota": "verl_mopd/batching/quota.py", "sampler": "verl_mopd/batching/sampler.py",
          "smoke": "verl_mopd/testing/smoke.py"}
-smoke_functions = ["x__check_stage1", "x__check_tp", "x__k3_rows", "x__check_k3", "x__check_gate", "x__check_pg",
+smoke_functions = ["x__check_stage1", "x__check_tp", "x__k3_rows", "x__check_k3", "x__check_gate",
+                   "x__check_gate_value", "x__check_pg",
                    "x__check_platform_metrics", "x__check_syncs", "x__check_resume", "x__same_state",
                    "x_k3_reference", "x_read_metrics", "x_format_table", "xǁCheckǁas_dict"]
 core_functions = ["xǁ_K3ǁforward", "xǁ_K3ǁbackward", "x_k3_kl", "x__group_index", "x_reward_gate",

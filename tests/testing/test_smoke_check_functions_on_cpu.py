@@ -77,6 +77,15 @@ def test_check_k3_passes_on_the_right_sum_and_fails_on_a_wrong_sum_or_token_coun
     assert not smoke._check_k3({**m, "actor/mopd/k3_sum_kl_on": got}, rows, rel * 0.999)[0]
 
 
+def test_check_k3_names_the_range_of_the_is_weights_of_the_gated_on_tokens():
+    rows, total, tokens, _ = _k3_case()
+    m = {"actor/mopd/k3_sum_kl_on": total, "actor/mopd/kl_on_tokens": float(tokens), "actor/mopd/k3_mean_kl_on": 0.5}
+    assert smoke._check_k3(m, rows, 1e-6)[1].endswith("; IS weights 0.500..3.000")
+    rows = [_row(mask=(1, 0, 0))]
+    m = {"actor/mopd/k3_sum_kl_on": _k3(0.5), "actor/mopd/kl_on_tokens": 1.0, "actor/mopd/k3_mean_kl_on": 0.0}
+    assert smoke._check_k3(m, rows, 1e-6)[1].endswith("<= 1e-06; no IS weights")
+
+
 def test_check_k3_fails_when_no_token_is_gated_on():
     rows = [_row(gate=False), _row(gate=False)]
     m = {"actor/mopd/k3_sum_kl_on": 0.0, "actor/mopd/kl_on_tokens": 0.0, "actor/mopd/k3_mean_kl_on": 0.0}
@@ -124,6 +133,15 @@ def test_check_gate_allows_a_difference_below_1e_9_only():
     # 1e-9 - 0.0 is exactly 1e-9: not below the bound, for the actor's and for the dumped fraction
     assert not smoke._check_gate({"mopd/kl_mask_on_fraction": 1e-9, "actor/mopd/kl_on_samples": 0.0}, off)[0]
     assert not smoke._check_gate({"mopd/kl_mask_on_fraction": 1e-9, "actor/mopd/kl_on_samples": 1e-9}, off)[0]
+
+
+def test_check_gate_value_counts_a_group_exactly_at_tau_as_kl_on():
+    rows = [_row("u0", score=1.0), _row("u0", score=-0.5), _row("u1", score=1.0, gate=False),
+            _row("u1", score=1.0, gate=False)]
+    ok, detail = smoke._check_gate_value(rows, {"gate_metric": "acc", "tau_kl": 0.5})
+    assert ok, detail
+    assert detail == ("KL on for 2 of 4 samples; recomputed (group mean acc <= 0.5): 2; 0 differ; "
+                      "2 groups, 1 exactly at tau_kl")
 
 
 # -------------------------------------------------------------------------------------------- PG
