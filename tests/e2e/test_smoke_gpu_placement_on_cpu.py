@@ -68,6 +68,8 @@ def _placed(pool, seconds: float) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster():
+    if ray.is_initialized():  # an earlier test's Ray (its resources are not the 1-GPU/16-CPU node measured here)
+        ray.shutdown()
     ray.init(num_cpus=CPUS, num_gpus=GPUS, include_dashboard=False, log_to_driver=False, namespace="placement_test")
     yield
     ray.shutdown()
