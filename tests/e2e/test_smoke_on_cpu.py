@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,12 +93,15 @@ def test_both_stages_train_through_verls_fsdp_engine_and_every_check_passes(fsdp
     assert "student warm-up: 250 steps, taken from" in result.stdout  # the Megatron run's, same inputs
 
 
-def _checks_of(root) -> dict[str, smoke.Check]:
+def _checks_of(root, only=None) -> dict[str, smoke.Check]:
     paths = smoke.Paths(root, smoke.default_recipes())
-    return {c.name: c for c in smoke.run_checks(paths, smoke.PROFILES["cpu"])}
+    return {c.name: c for c in smoke.run_checks(paths, smoke.PROFILES["cpu"], only=only)}
 
 
-def _failed(checks: dict, fragment: str) -> list[str]:
+def _failed(checks: dict | Path, fragment: str) -> list[str]:
+    """The checks named with ``fragment`` that fail: of ``checks``, or run on the run folder ``checks``."""
+    if isinstance(checks, Path):
+        checks = _checks_of(checks, only=fragment)
     return [name for name, c in checks.items() if fragment in name and not c.passed]
 
 
@@ -118,13 +122,13 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     row = next(r for r in step["rows"] if r["gate"])
     row["teacher"][0] += 1e-4
     torch.save(step, dump)
-    assert _failed(_checks_of(copy), "teacher log-probs")  # (1e-4 in one token moves the K3 sum by ~1e-8)
+    assert _failed(copy, "teacher log-probs")  # (1e-4 in one token moves the K3 sum by ~1e-8)
 
     # one stored gate flipped: the recomputed gate and the actor's reading of the stored one both disagree
     row["teacher"][0] -= 1e-4
     row["gate"] = 0.0
     torch.save(step, dump)
-    checks = _checks_of(copy)
+    checks = _checks_of(copy, only="step 2")
     assert _failed(checks, "step 2: gate = recomputed") and _failed(checks, "step 2: actor gate")
     row["gate"] = 1.0
 
@@ -140,14 +144,14 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     kept = weights.clone()
     weights.fill_(1.0)
     torch.save(step, dump)
-    assert _failed(_checks_of(copy), "step 2: actor K3 sum")
+    assert _failed(copy, "step 2: actor K3 sum")
     weights.copy_(kept)
 
     # one sample's stored student log-probs half a nat off (a misaligned row is off by whole nats): the
     # actor's K3 no longer matches the dump's
     row["student"] += 0.5
     torch.save(step, dump)
-    assert _failed(_checks_of(copy), "step 2: actor K3 sum")
+    assert _failed(copy, "step 2: actor K3 sum")
     dump.write_bytes(original)
 
     # the actor's step-1 log-probs of one sample 1e-4 nats off transformers' forward of the student
@@ -156,7 +160,7 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     step = torch.load(first, weights_only=False)
     next(r for r in step["rows"] if not r["padding"])["student"][0] += 1e-4
     torch.save(step, first)
-    assert _failed(_checks_of(copy), "student log-probs at step 1")
+    assert _failed(copy, "student log-probs at step 1")
     first.write_bytes(original_first)
 
     # the TP 2 train step's gradient norm 1e-4 (relative) off TP 1's
@@ -164,14 +168,14 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     result = json.loads(tp2.read_text())
     result["grad_norm"] *= 1 + 1e-4
     tp2.write_text(json.dumps(result))
-    assert _failed(_checks_of(copy), "train step at TP 2")
+    assert _failed(copy, "train step at TP 2")
 
     # the actor's logged K3 off by 0.2 %
     metrics = copy / "stage2" / "stage2_metrics.jsonl"
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     lines[0]["data"]["actor/mopd/k3_sum_kl_on"] *= 1.002
     metrics.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    assert _failed(_checks_of(copy), "step 1: actor K3 sum")
+    assert _failed(copy, "step 1: actor K3 sum")
 
     # the distillation loss over another denominator (1 % off), or the total with beta doubled
     lines[0]["data"]["actor/mopd/k3_sum_kl_on"] /= 1.002
@@ -180,7 +184,7 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
         data[key] = data[key] * scale if scale else data["actor/pg_loss"] + 0.02 * data["actor/distillation/loss"]
         metrics.write_text("\n".join(json.dumps({**line, "data": data} if i == 0 else line)
                                      for i, line in enumerate(lines)) + "\n")
-        assert _failed(_checks_of(copy), "step 1: distillation loss")
+        assert _failed(copy, "step 1: distillation loss")
 
     # one tensor of the rollout not updated by a sync
     sync = copy / "stage2" / "rollout_sync.jsonl"
@@ -188,7 +192,7 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     name = next(iter(records[-1]["held"]))
     records[-1]["held"][name] = "0" * 64
     sync.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    assert _failed(_checks_of(copy), "rollout weights")
+    assert _failed(copy, "rollout weights")
 
     # the resumed process starting from another sampler state, or with other held prompts
     states = copy / "stage2" / "dumps" / "batching_state.jsonl"
@@ -197,4 +201,4 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
         records = [json.loads(line) for line in saved.splitlines()]
         tamper(next(r for r in records if r["step"] == 3 and r["when"] == "begin"))
         states.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-        assert _failed(_checks_of(copy), "resume")
+        assert _failed(copy, "resume")

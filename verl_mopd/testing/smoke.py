@@ -595,16 +595,19 @@ def k3_reference(d, linear_above: float, clamp_below: float):
     return torch.where(d > linear_above, tangent, exact)
 
 
-def run_checks(paths: Paths, profile: Profile, resumed: bool = True) -> list[Check]:
+def run_checks(paths: Paths, profile: Profile, resumed: bool = True, only: str | None = None) -> list[Check]:
     """Every assertion of the smoke, as a list of checks (none raises: a failure is a FAIL row).
 
     ``resumed``: stage 2 ran as two processes, the second resuming from the first's checkpoint (else one).
+    ``only``: run just the checks whose name contains it (the tamper tests re-check one thing at a time).
     """
     import torch
 
     checks: list[Check] = []
 
     def check(name: str, fn: Callable[[], tuple[bool, str]]) -> None:
+        if only is not None and only not in name:
+            return
         try:
             passed, detail = fn()
         except Exception as exc:  # noqa: BLE001 - a check that cannot run is a failed check
