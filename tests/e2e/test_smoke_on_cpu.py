@@ -90,7 +90,7 @@ def test_both_stages_train_through_verls_fsdp_engine_and_every_check_passes(fsdp
     record = _passed(out, result, resumed=False)  # the restart is the Megatron run's (--no-resume: 2.5 min less)
     assert record["engines"] == {"stage1": "fsdp", "actor": "fsdp", "teachers": {"desktop": "hf", "mobile": "hf"}}
     assert record["actor_tp"] == 1
-    assert "student warm-up: 250 steps, taken from" in result.stdout  # the Megatron run's, same inputs
+    assert "student warm-up: 150 steps, taken from" in result.stdout  # the Megatron run's, same inputs
 
 
 def _checks_of(root, only=None) -> dict[str, smoke.Check]:
