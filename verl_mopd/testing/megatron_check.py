@@ -3,9 +3,14 @@
 Run under torchrun on the CPU harness (:func:`verl_mopd.testing.cpu.environment` with ``megatron=True``)::
 
     python -m torch.distributed.run --nproc_per_node 2 -m verl_mopd.testing.megatron_check \\
-        --model DIR --tp 2 --out result.json [--no-sequence-parallel] [--train] [--dtype float32]
+        --model DIR --tp 2 --out result.json [--format thd --format bshd] [--teacher] \\
+        [--no-sequence-parallel] [--train] [--dtype float32]
 
-Rank 0 writes ``result.json``:
+Rank 0 writes ``result.json``: ``{"engine": {FORMAT: RESULT, ...}, "teacher": RESULT}``. Each
+``--format`` builds its own ``TrainingWorker`` in the same process group, and ``--teacher`` then builds the
+project's ``MegatronTeacherWorker`` beside them, as colocated engines share Megatron's parallel state in a
+real run (one process start per rank for all of them: each start imports megatron-core, Megatron-Bridge
+and verl). An engine RESULT:
 
 - ``logprob_max_err``: max |Megatron - transformers fp32| over every predicted token of a fixed batch
   (4 samples, 3 with an image when the checkpoint is a Qwen3-VL), through verl's
@@ -156,7 +161,7 @@ def run_teacher(args) -> dict:
     return result
 
 
-def run(args) -> dict:
+def run(args, layout: str = "thd") -> dict:
     from functools import partial
 
     from verl.trainer.config import CheckpointConfig
@@ -171,7 +176,7 @@ def run(args) -> dict:
     from verl.workers.utils.losses import sft_loss
 
     started = time.perf_counter()
-    model_config = HFModelConfig(path=args.model, use_remove_padding=args.format == "thd")
+    model_config = HFModelConfig(path=args.model, use_remove_padding=layout == "thd")
     engine_config = McoreEngineConfig(
         strategy="megatron", tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
         dtype=args.dtype, use_dynamic_bsz=True, max_token_len_per_gpu=256, infer_max_token_len_per_gpu=256,
@@ -185,7 +190,7 @@ def run(args) -> dict:
     samples, make = _batch(model_config.hf_config)
     output = worker.infer_batch(make(compute_loss=False))
     result = {"tp": args.tp, "pp": args.pp, "sequence_parallel": bool(worker.engine.engine_config.sequence_parallel),
-              "dtype": args.dtype, "format": args.format, "engine": type(worker.engine).__name__,
+              "dtype": args.dtype, "format": layout, "engine": type(worker.engine).__name__,
               }
     if output is not None:
         want, _, _ = reference(args.model, samples)
@@ -226,15 +231,18 @@ def main(argv=None) -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--format", default="thd", choices=["thd", "bshd"])
+    parser.add_argument("--format", action="append", choices=["thd", "bshd"],
+                        help="packed (thd, the default) or padded (bshd) batches; repeat for both, one engine each")
     parser.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
     parser.add_argument("--train", action="store_true")
-    parser.add_argument("--teacher", action="store_true", help="the project's MegatronTeacherWorker instead")
+    parser.add_argument("--teacher", action="store_true", help="then the project's MegatronTeacherWorker too")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
-    result = run_teacher(args) if args.teacher else run(args)
+    result = {"engine": {layout: run(args, layout) for layout in args.format or ["thd"]}}
+    if args.teacher:
+        result["teacher"] = run_teacher(args)
     if dist.get_rank() == 0:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
