@@ -166,7 +166,7 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     # the TP 2 train step's gradient norm 1e-4 (relative) off TP 1's
     tp2 = copy / "tp_check" / "tp2.json"
     result = json.loads(tp2.read_text())
-    result["grad_norm"] *= 1 + 1e-4
+    result["engine"]["thd"]["grad_norm"] *= 1 + 1e-4
     tp2.write_text(json.dumps(result))
     assert _failed(copy, "train step at TP 2")
 

@@ -725,7 +725,8 @@ def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tu
 def _check_tp(paths: Paths, profile: Profile) -> tuple[bool, str]:
     """One training step of the student at the actor's TP (sequence parallel) = at TP 1: loss and grad norm
     (relative 1e-5, fp32), and every TP-replicated parameter's gradient equal on the TP ranks."""
-    one, many = (json.loads((paths.root / "tp_check" / f"tp{tp}.json").read_text()) for tp in (1, profile.actor_tp))
+    one, many = (json.loads((paths.root / "tp_check" / f"tp{tp}.json").read_text())["engine"]["thd"]
+                 for tp in (1, profile.actor_tp))
     loss = abs(many["loss"] - one["loss"]) / abs(one["loss"])
     norm = abs(many["grad_norm"] - one["grad_norm"]) / abs(one["grad_norm"])
     spread = many["replicated_grad_spread"]
