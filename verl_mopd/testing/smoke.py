@@ -43,9 +43,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_mopd.errors import UsageError
 from verl_mopd.gpu_stack import NO_DEPS
+
+if TYPE_CHECKING:
+    import torch
 
 PLATFORMS = ("desktop", "mobile")
 STAGE1_STEPS, STAGE2_STEPS, RESUME_STEP = 2, 3, 2
@@ -71,6 +75,8 @@ class Profile:
     k3_tolerance: float                 # relative: the actor's K3 sum against the float64 one of the dumps
                                         #   (fp32 on CPU: within 6e-8 in every run measured)
     environment: Callable[[], dict[str, str]]
+    sync_tolerance: float = 0.05        # max |p_rollout - p_actor| of a sampled token (the rollout computes in
+                                        #   bfloat16: 0.023 at most in the CPU runs measured)
 
     @property
     def engines(self) -> dict:
@@ -98,7 +104,7 @@ PROFILES = {
     # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32;
     # the actor's bfloat16 log-probs in the update against its own old_log_probs of the dump: 1e-2
     "cuda": Profile("cuda", "stage1_gpu", "stage2_gpu", "megatron", "megatron", 1, {"desktop": "hf", "mobile": "megatron"},
-                    {"hf": 1e-4, "megatron": 0.1}, 0.1, 1e-2, dict),
+                    {"hf": 1e-4, "megatron": 0.1}, 0.1, 1e-2, dict, sync_tolerance=0.1),
 }
 ENGINES = ("megatron", "fsdp")
 
@@ -651,6 +657,12 @@ def run_checks(paths: Paths, profile: Profile, resumed: bool = True, only: str |
         check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
         check(f"step {step}: both platforms' metrics", lambda m=m: _check_platform_metrics(m))
     check("rollout weights = actor weights after every sync", lambda: _check_syncs(paths, metrics))
+    for step in sorted(metrics):
+        check(f"step {step}: rollout's probabilities of its tokens = the actor's (max diff <= "
+              f"{profile.sync_tolerance:g})", lambda step=step: _check_rollout_probs(
+                  dumps.get(step, []), profile.sync_tolerance))
+    check(f"the student moved by step {max(metrics)} more than that tolerance", lambda: _check_student_moved(
+        paths, profile, dumps))
     if resumed:
         check(f"resume: step {RESUME_STEP + 1} starts from the saved sampler state and held prompts",
               lambda: _check_resume(paths))
@@ -698,9 +710,9 @@ def _check_teachers(paths: Paths, profile: Profile, dumps: dict[int, list]) -> t
                          f"<= {tolerance[p]:g}" for p in PLATFORMS)
 
 
-def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
-    """The actor's log-probs of step 1 (``old_log_probs``, before any update) against transformers' fp32
-    forward of the student checkpoint the run started from."""
+def _starting_student(paths: Paths, profile: Profile, rows: list[dict]) -> list[tuple[dict, torch.Tensor]]:
+    """Each non-padding row with transformers' fp32 log-probs of its response under the student checkpoint the
+    run started from (:func:`direct_response_logprobs`)."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -708,18 +720,60 @@ def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tu
     path = paths.models / "student"
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).to(device).eval()
     image_token = AutoConfig.from_pretrained(path).image_token_id
+    return [(row, direct_response_logprobs(model, row["input_ids"], len(row["student"]), row["multi_modal_inputs"],
+                                           image_token, device).cpu())
+            for row in rows if not row["padding"]]
+
+
+def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    """The actor's log-probs of step 1 (``old_log_probs``, before any update) against transformers' fp32
+    forward of the student checkpoint the run started from."""
     worst, count = 0.0, 0
-    for row in dumps.get(1, []):
-        if row["padding"]:
-            continue
+    for row, want in _starting_student(paths, profile, dumps.get(1, [])):
         n = int(row["response_mask"].sum())
-        want = direct_response_logprobs(model, row["input_ids"], len(row["student"]), row["multi_modal_inputs"],
-                                        image_token, device)
         worst = max(worst, (row["student"][:n].double() - want[:n]).abs().max().item())
         count += 1
     ok = count > 0 and worst <= profile.student_tolerance
     return ok, (f"{profile.actor_engine} actor, {count} samples of step 1: max |old_log_probs - transformers fp32| "
                 f"{worst:.2e} <= {profile.student_tolerance:g}")
+
+
+def _token_probs(log_probs, mask):
+    """``exp`` of the log-probs of the response tokens ``mask`` keeps, in float64."""
+    return log_probs[: len(mask)][mask.bool()].double().exp()
+
+
+def _check_rollout_probs(rows: list[dict], tolerance: float) -> tuple[bool, str]:
+    """The rollout engine's probability of each token it sampled (``rollout_log_probs``) against the actor's
+    (``old_log_probs``, computed right after the step's weight sync): max |p_rollout - p_actor| <= tolerance.
+    A rollout still on older weights is off by what the student moved since (:func:`_check_student_moved`)."""
+    worst, tokens = 0.0, 0
+    for row in rows:
+        if row["padding"]:
+            continue
+        if row.get("rollout") is None:
+            return False, "no rollout_log_probs in the dump (actor_rollout_ref.rollout.calculate_log_probs is off?)"
+        mask = row["response_mask"]
+        diff = (_token_probs(row["rollout"], mask) - _token_probs(row["student"], mask)).abs()
+        tokens += len(diff)
+        worst = max(worst, float(diff.max())) if len(diff) else worst
+    return tokens > 0 and worst <= tolerance, f"{tokens} tokens: max |p_rollout - p_actor| {worst:.3g} <= {tolerance:g}"
+
+
+def _check_student_moved(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    """By the last step the actor's probabilities of its sampled tokens differ from the starting student's
+    (a direct forward) by more than the rollout check's tolerance: training moved the weights far enough
+    that :func:`_check_rollout_probs` fails on a rollout left on the starting weights."""
+    last = max(dumps)
+    moved, tokens = 0.0, 0
+    for row, want in _starting_student(paths, profile, dumps[last]):
+        mask = row["response_mask"]
+        diff = (_token_probs(row["student"], mask) - _token_probs(want, mask)).abs()
+        tokens += len(diff)
+        moved = max(moved, float(diff.max())) if len(diff) else moved
+    ok = tokens > 0 and moved > profile.sync_tolerance
+    return ok, (f"step {last}, {tokens} tokens: max |p_actor - p_starting student| {moved:.3g} > "
+                f"{profile.sync_tolerance:g} (the rollout check's tolerance)")
 
 
 def _check_tp(paths: Paths, profile: Profile) -> tuple[bool, str]:

@@ -254,8 +254,9 @@ def score_teachers(group, batch, tq) -> dict:
 #: a folder: with it set, the ``mopd_*`` trainers write every step's samples there (:func:`dump_step`)
 STEP_DUMP_ENV = "VERL_MOPD_STEP_DUMP"
 #: the per-sample fields :func:`dump_step` reads (those a sample lacks are skipped by TransferQueue)
-DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", TEACHER_LOGPROBS_KEY,
-               KL_MASK_KEY, KL_START_KEY, "rollout_is_weights", "advantages", "rm_scores", "multi_modal_inputs")
+DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", "rollout_log_probs",
+               TEACHER_LOGPROBS_KEY, KL_MASK_KEY, KL_START_KEY, "rollout_is_weights", "advantages", "rm_scores",
+               "multi_modal_inputs")
 
 
 def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: int | None = None) -> str:
@@ -264,9 +265,10 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
     ``verl-mopd smoke`` sets ``VERL_MOPD_STEP_DUMP`` and recomputes the teachers' log-probs and the
     loss's K3 from these rows. Per sample (response-aligned tensors of length ``r``): ``key``,
     ``padding``, ``platform``, ``uid``, ``input_ids`` (prompt + response), ``student`` (verl's
-    ``old_log_probs``), ``teacher`` (the stored ``teacher_logprobs`` cut to the response, as verl's
-    loss reads them), ``gate`` (``mopd_kl_mask``), ``kl_start``, ``rollout_is_weights``, ``advantages``,
-    ``score`` (the summed ``rm_scores``) and ``multi_modal_inputs``. Returns the file written
+    ``old_log_probs``), ``rollout`` (the rollout engine's ``rollout_log_probs``), ``teacher`` (the stored
+    ``teacher_logprobs`` cut to the response, as verl's loss reads them), ``gate`` (``mopd_kl_mask``),
+    ``kl_start``, ``rollout_is_weights``, ``advantages``, ``score`` (the summed ``rm_scores``) and
+    ``multi_modal_inputs``. Returns the file written
     (``step_<N>.pt``, or a timestamped name without ``step``).
     """
     import time
@@ -295,6 +297,7 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
             "input_ids": seq.clone(),
             "response_mask": response("response_mask"),
             "student": response("old_log_probs"),
+            "rollout": response("rollout_log_probs"),
             "teacher": teacher,
             "gate": float(column[KL_MASK_KEY][i]) if KL_MASK_KEY in column else None,
             "kl_start": int(column[KL_START_KEY][i]) if KL_START_KEY in column else None,
