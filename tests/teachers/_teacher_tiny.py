@@ -72,10 +72,17 @@ def save_tiny_vl(path, seed: int) -> str:
     return str(path)
 
 
-def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, response_len: int) -> dict:
+def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, response_len: int,
+              responses: list[torch.Tensor] | None = None) -> dict | list[dict]:
     """One trajectory as verl's v1 agent loop stores it (``agent_loop_tq._agent_loop_postprocess``):
     ``prompts``, ``responses``, ``input_ids``, ``response_mask`` = ``loss_mask``, ``position_ids``
-    ``(4, L)`` (text row + the model's ``get_rope_index`` mrope rows) and ``multi_modal_inputs``."""
+    ``(4, L)`` (text row + the model's ``get_rope_index`` mrope rows) and ``multi_modal_inputs``.
+
+    ``responses``: the rollouts of one prompt (a GRPO group): a list of samples, one per response,
+    with the same prompt and equal, separately stored copies of its ``multi_modal_inputs``."""
+    if responses is not None:
+        one = vl_sample(model, rng, image_hw=image_hw, prompt_len=prompt_len, response_len=1)
+        return [_with_response(model, one, r) for r in responses]
     mm, image_tokens = {}, []
     if image_hw is not None:
         h, w = image_hw
@@ -86,6 +93,12 @@ def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, 
     text = rng.integers(1, VL_VOCAB - 8, size=prompt_len).tolist()
     prompts = torch.tensor(text[:2] + image_tokens + text[2:])
     responses = torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=response_len))
+    return _with_response(model, {"prompts": prompts, "multi_modal_inputs": mm}, responses)
+
+
+def _with_response(model, sample: dict, responses: torch.Tensor) -> dict:
+    prompts, mm = sample["prompts"], {k: v.clone() for k, v in sample["multi_modal_inputs"].items()}
+    response_len = len(responses)
     input_ids = torch.cat([prompts, responses])
     mrope, _ = model.model.get_rope_index(input_ids[None], mm_token_type_ids=(input_ids == IMAGE).int()[None],
                                           image_grid_thw=mm.get("image_grid_thw"))

@@ -32,6 +32,7 @@ import torch
 from verl_mopd.config import MOPDConfig
 from verl_mopd.losses import KL_MASK_KEY, TEACHER_LOGPROBS_KEY
 from verl_mopd.teachers.config import TeacherConfig
+from verl_mopd.teachers.fetch import SHARE_GROUP_INPUTS, group_uid
 from verl_mopd.teachers.layout import (
     CALL_INFO,
     K3_SUM_KEY,
@@ -176,15 +177,19 @@ class PlatformTeacherGroup:
         worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob`` (verl
             nd-compute dispatch on ``TEACHER_MESH``, non-blocking); one per configured teacher.
             Build them with :meth:`build`.
+        share_group_inputs: through TransferQueue, workers read a GRPO group's shared
+            ``multi_modal_inputs`` once (``verl_mopd.teachers.fetch.shared_input_rows``); False reads
+            one copy per rollout (verl's ``tqbridge`` way; the benchmark's baseline).
     """
 
-    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object]):
+    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object], *, share_group_inputs: bool = True):
         missing = sorted(set(config.platforms) - set(worker_groups))
         extra = sorted(set(worker_groups) - set(config.platforms))
         if missing or extra:
             raise ValueError(f"worker groups do not match mopd.teachers: missing {missing}, unexpected {extra}")
         self.config = config
         self.worker_groups = dict(worker_groups)
+        self.share_group_inputs = share_group_inputs
 
     @classmethod
     def build(cls, config: MOPDConfig, *, use_gpu: bool = True, num_threads: int | None = None,
@@ -358,8 +363,11 @@ class PlatformTeacherGroup:
         try:
             for platform, rows in index.items():
                 fields = [f for f in teacher_fields(cfg.teachers[platform].backend) if f in stored]
+                if self.share_group_inputs:  # a group's rows in one shard: its images fetched once
+                    rows = rows[np.argsort([group_uid(batch.keys[i]) or "" for i in rows], kind="stable")]
                 meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[tags[i] for i in rows],
-                                   partition_id=batch.partition_id, fields=fields, extra_info=dict(CALL_INFO))
+                                   partition_id=batch.partition_id, fields=fields,
+                                   extra_info={**CALL_INFO, SHARE_GROUP_INPUTS: self.share_group_inputs})
                 meta, added = _pad_kv_meta(meta, data_parallel_size(self.worker_groups[platform]), tq)
                 pad_keys += added
                 payloads[platform] = meta
