@@ -119,3 +119,34 @@ def direct_vl_logprobs(model, sample: dict) -> torch.Tensor:
     logits = model(input_ids=ids, **kwargs).logits[0].double()
     lp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
     return lp[len(ids[0]) - 1 - len(sample["responses"]) :]
+
+
+def store_groups(tq, model, *, groups: int, rollouts: int, seed: int, image_hw=(16, 12), shuffle=True,
+                 platform_of=lambda g: "desktop"):
+    """``groups`` prompts x ``rollouts`` responses, stored as verl's agent loop stores them (keys
+    ``{uid}_{session}_0``, one copy of the screenshot per rollout), in a shuffled order (verl's
+    ``_balance_batch`` reorders the step); the gate on for every row."""
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rng = np.random.default_rng(seed)
+    samples, keys = [], []
+    for g in range(groups):
+        responses = [torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=int(rng.integers(2, 7))))
+                     for _ in range(rollouts)]
+        for s, sample in enumerate(vl_sample(model, rng, image_hw=image_hw, prompt_len=5, response_len=0,
+                                             responses=responses)):
+            sample.update(platform=platform_of(g))
+            samples.append(sample)
+            keys.append(f"uid-{seed}-{g}_{s}_0")
+    order = rng.permutation(len(keys)) if shuffle else np.arange(len(keys))
+    samples, keys = [samples[i] for i in order], [keys[i] for i in order]
+    tags = [{"status": "success", "prompt_len": len(s["prompts"]), "response_len": len(s["responses"])}
+            for s in samples]
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(samples), tags=tags)
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict({
+        "old_log_probs": torch.nested.as_nested_tensor([-torch.rand(len(s["responses"])) for s in samples],
+                                                       layout=torch.jagged),
+        "mopd_kl_mask": torch.ones(len(keys))}, batch_size=[len(keys)]))
+    return KVBatchMeta(keys=keys, tags=tags, partition_id="train"), samples

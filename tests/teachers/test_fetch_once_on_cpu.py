@@ -123,7 +123,7 @@ def _score(ray_tq, cfg, wg, model, seed):
     before = [dict(s) for s in wg.fetch_stats()]
     PlatformTeacherGroup(cfg, {"desktop": wg}).score_transfer_queue(batch, ray_tq)
     after = wg.fetch_stats()
-    reads = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before, strict=True)]
+    reads = [{k: a[k] - b[k] for k in a if k != "fields"} for a, b in zip(after, before, strict=True)]
     stored = ray_tq.kv_batch_get(keys=batch.keys, partition_id="train",
                                  select_fields=["teacher_logprobs", "prompts", "responses"])
     teacher = no_padding_2_padding(stored["teacher_logprobs"], stored).squeeze(-1)

@@ -10,7 +10,7 @@ TransferQueue are counted field by field.
 import numpy as np
 import pytest
 import torch
-from _teacher_tiny import VL_VOCAB, direct_vl_logprobs, save_tiny_vl, vl_sample
+from _teacher_tiny import direct_vl_logprobs, save_tiny_vl, store_groups, vl_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -23,6 +23,17 @@ from verl_mopd.teachers.group import PlatformTeacherGroup
 G, GROUPS = 4, 3
 
 
+def release(group):
+    """Free the group's Ray workers and CPU bundles (the package's local cluster has 8)."""
+    import ray
+
+    for wg in group.worker_groups.values():
+        for worker in wg._workers:
+            ray.kill(worker)
+        for pg in wg.resource_pool.pgs or []:
+            ray.util.remove_placement_group(pg)
+
+
 @pytest.fixture(scope="module")
 def desktop(ray_tq, tmp_path_factory):
     path = save_tiny_vl(tmp_path_factory.mktemp("group_inputs") / "desktop", seed=11)
@@ -30,36 +41,8 @@ def desktop(ray_tq, tmp_path_factory):
         "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "n_gpus_per_node": 2,
         "micro_batch_tokens": 512}}})
     group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1)
-    return cfg, group, AutoModelForImageTextToText.from_pretrained(path).eval()
-
-
-def store_groups(tq, model, *, groups: int, rollouts: int, seed: int, image_hw=(16, 12), shuffle=True):
-    """``groups`` prompts x ``rollouts`` responses, stored as verl's agent loop stores them (keys
-    ``{uid}_{session}_0``, one copy of the screenshot per rollout), in a shuffled order (verl's
-    ``_balance_batch`` reorders the step); the gate on for every row."""
-    from transfer_queue import KVBatchMeta
-    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-    rng = np.random.default_rng(seed)
-    samples, keys = [], []
-    for g in range(groups):
-        responses = [torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=int(rng.integers(2, 7))))
-                     for _ in range(rollouts)]
-        for s, sample in enumerate(vl_sample(model, rng, image_hw=image_hw, prompt_len=5, response_len=0,
-                                             responses=responses)):
-            sample.update(platform="desktop")
-            samples.append(sample)
-            keys.append(f"uid-{seed}-{g}_{s}_0")
-    order = rng.permutation(len(keys)) if shuffle else np.arange(len(keys))
-    samples, keys = [samples[i] for i in order], [keys[i] for i in order]
-    tags = [{"status": "success", "prompt_len": len(s["prompts"]), "response_len": len(s["responses"])}
-            for s in samples]
-    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(samples), tags=tags)
-    tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict({
-        "old_log_probs": torch.nested.as_nested_tensor([-torch.rand(len(s["responses"])) for s in samples],
-                                                       layout=torch.jagged),
-        "mopd_kl_mask": torch.ones(len(keys))}, batch_size=[len(keys)]))
-    return KVBatchMeta(keys=keys, tags=tags, partition_id="train"), samples
+    yield cfg, group, AutoModelForImageTextToText.from_pretrained(path).eval()
+    release(group)
 
 
 def score_and_count(tq, cfg, wg, batch, *, share: bool):
@@ -116,7 +99,7 @@ def test_rollouts_with_different_screenshots_are_not_merged(ray_tq, desktop):
 
     ray_tq.kv_batch_put(keys=[batch.keys[1]], partition_id="train", fields=list_of_dict_to_tensordict([other]))
     samples[1] = other
-    stored, fields = score_and_count(ray_tq, cfg, wg, batch, share=True)
+    stored, _ = score_and_count(ray_tq, cfg, wg, batch, share=True)
     for row, s in zip(stored.unbind(0), samples, strict=True):
         p, r = len(s["prompts"]), len(s["responses"])
         torch.testing.assert_close(row[p - 1 : p - 1 + r, 0].double(), direct_vl_logprobs(model, s), atol=1e-5, rtol=0)
@@ -152,3 +135,40 @@ def test_shared_input_rows_only_merges_rows_of_one_prompt_with_unmasked_response
 def test_group_uid_reads_verls_key_format():
     assert group_uid("a_b_3_0") == "a_b" and group_uid("f3c2e0_1_0") == "f3c2e0"
     assert group_uid("mopd_teacher_pad_abc_1") is None and group_uid("plain") is None
+
+
+def test_two_colocated_teachers_overlap_when_the_plan_puts_them_together(ray_tq, tmp_path_factory):
+    """S3-2: the plan (sizes from the local checkpoints) puts both colocated teachers in one wave; the
+    group dispatches the wave before it waits, so their calls overlap on the workers' clocks. Without
+    a plan they run in turn (today's order): no overlap."""
+    from verl_mopd.teachers.placement import checkpoint_params, plan_teachers
+
+    root = tmp_path_factory.mktemp("colocated")
+    paths = {p: save_tiny_vl(root / p, seed=s) for p, s in (("desktop", 11), ("mobile", 22))}
+    cfg = MOPDConfig.from_mapping({"teachers": {p: {
+        "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "placement": "colocated",
+        "micro_batch_tokens": 512} for p, path in paths.items()}})
+    plan = plan_teachers(cfg.teachers, {p: checkpoint_params(c.model_path) for p, c in cfg.teachers.items()},
+                         rollout_fraction=0.5, actor_offloaded=True)
+    assert plan.waves == [["desktop", "mobile"]]
+    group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1, plan=plan)
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(paths["desktop"]).eval()
+        batch, _ = store_groups(ray_tq, model, groups=8, rollouts=4, seed=5,
+                                      platform_of=lambda g: ("desktop", "mobile")[g % 2])
+        spans = {}
+        group.score_transfer_queue(batch, ray_tq)  # warm-up: a worker group's first dispatch takes ~0.1 s
+        for name, waves in (("together", plan.waves), ("in turn", [["desktop"], ["mobile"]])):
+            group.waves = waves
+            metrics = group.score_transfer_queue(batch, ray_tq)
+            (a0, a1), (b0, b1) = group.last_timeline["desktop"], group.last_timeline["mobile"]
+            spans[name] = (a0, a1, b0, b1, metrics["mopd_teacher/overlap_s"])
+        print(f"\ncolocated teacher calls (start, end relative to the first start): "
+              f"{ {k: [round(t - min(v[:4]), 3) for t in v[:4]] for k, v in spans.items()} }")
+        a0, a1, b0, b1, overlap = spans["together"]
+        assert overlap > 0 and max(a0, b0) < min(a1, b1), spans
+        a0, a1, b0, b1, overlap = spans["in turn"]
+        assert overlap == 0 and b0 >= a1
+    finally:
+        release(group)
+        ray_tq.kv_clear(keys=batch.keys, partition_id="train")

@@ -35,7 +35,9 @@ from verl_mopd.teachers.config import TeacherConfig
 from verl_mopd.teachers.fetch import SHARE_GROUP_INPUTS, group_uid
 from verl_mopd.teachers.layout import (
     CALL_INFO,
+    END_KEY,
     K3_SUM_KEY,
+    START_KEY,
     TEACHER_MESH,
     TIME_KEY,
     TOKENS_KEY,
@@ -177,12 +179,15 @@ class PlatformTeacherGroup:
         worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob`` (verl
             nd-compute dispatch on ``TEACHER_MESH``, non-blocking); one per configured teacher.
             Build them with :meth:`build`.
+        plan: which colocated teachers run together (``verl_mopd.teachers.placement.TeacherPlan``);
+            None: each colocated teacher alone, in config order.
         share_group_inputs: through TransferQueue, workers read a GRPO group's shared
             ``multi_modal_inputs`` once (``verl_mopd.teachers.fetch.shared_input_rows``); False reads
             one copy per rollout (verl's ``tqbridge`` way; the benchmark's baseline).
     """
 
-    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object], *, share_group_inputs: bool = True):
+    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object], *, plan=None,
+                 share_group_inputs: bool = True):
         missing = sorted(set(config.platforms) - set(worker_groups))
         extra = sorted(set(worker_groups) - set(config.platforms))
         if missing or extra:
@@ -190,22 +195,41 @@ class PlatformTeacherGroup:
         self.config = config
         self.worker_groups = dict(worker_groups)
         self.share_group_inputs = share_group_inputs
+        #: ``{platform: (start, end)}`` (``time.time()`` on the workers) of the last call's teachers
+        self.last_timeline: dict[str, tuple[float, float]] = {}
+        colocated = [p for p, c in config.teachers.items() if c.placement == "colocated"]
+        self.waves = [list(w) for w in plan.waves] if plan is not None else [[p] for p in colocated]
+        if sorted(p for w in self.waves for p in w) != sorted(colocated):
+            raise ValueError(f"plan waves {self.waves} do not hold each colocated teacher {colocated} once")
 
     @classmethod
     def build(cls, config: MOPDConfig, *, use_gpu: bool = True, num_threads: int | None = None,
-              colocated_pool=None, run_config=None):
+              colocated_pool=None, run_config=None, plan=None):
         """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded.
 
         ``colocated_pool``: the actor's ``RayResourcePool``; teachers with ``placement: colocated``
         are placed on it (as verl colocates worker groups on one pool) instead of a pool of their own.
-        ``run_config``: the composed run config (needed by ``megatron`` teachers).
+        ``run_config``: the composed run config (needed by ``megatron`` teachers); the plan
+        (``verl_mopd.teachers.placement.run_plan``) is made from it unless ``plan`` is given, and each
+        worker gets the plan's weight policy.
         """
+        import dataclasses
+
+        from verl_mopd.errors import ConfigError
+        from verl_mopd.teachers.placement import run_plan
+
+        if plan is None and run_config is not None:
+            plan = run_plan(run_config, config.teachers)
+        if plan is not None and plan.problems:
+            raise ConfigError(plan.problems, "teacher memory plan")
+        teachers = {p: dataclasses.replace(c, weights=plan.weights[p]) if plan is not None else c
+                    for p, c in config.teachers.items()}
         wgs = {
             p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads, run_config=run_config,
                                   resource_pool=colocated_pool if c.placement == "colocated" else None)
-            for p, c in config.teachers.items()
+            for p, c in teachers.items()
         }
-        return cls(config, wgs)
+        return cls(config, wgs, plan=plan)
 
     # ------------------------------------------------------------------------------------------
 
@@ -220,18 +244,23 @@ class PlatformTeacherGroup:
         return send, {k: sent_rows[v] for k, v in split(keys[sent_rows]).items()}
 
     def _run(self, payloads: Mapping[str, object]) -> dict[str, list]:
-        """Call every platform's teacher; dedicated teachers all in flight at once, colocated ones
-        (sharing the actor's devices) one after another. Returns each platform's collected outputs."""
+        """Call every platform's teacher: dedicated teachers all in flight at once; colocated ones
+        (sharing the actor's devices) wave by wave (``self.waves``), a whole wave dispatched before
+        any of it is waited on. Returns each platform's collected outputs."""
         import ray
 
         def collect(future):
             # ranks that hold no output (Megatron non-source ranks) answer None
             return [o for o in ray.get(list(future.futures)) if o is not None]
 
-        colocated = [p for p in payloads if self.config.teachers[p].placement == "colocated"]
-        pending = {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p])
-                   for p in payloads if p not in colocated}
-        results = {p: collect(self.worker_groups[p].compute_teacher_log_prob(payloads[p])) for p in colocated}
+        def dispatch(platforms):
+            return {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p]) for p in platforms if p in payloads}
+
+        colocated = {p for w in self.waves for p in w}
+        pending = dispatch([p for p in payloads if p not in colocated])
+        results = {}
+        for wave in self.waves:
+            results.update({p: collect(future) for p, future in dispatch(wave).items()})
         results.update({p: collect(future) for p, future in pending.items()})
         return results
 
@@ -247,6 +276,8 @@ class PlatformTeacherGroup:
 
         return {
             "time_s": max((float(value(o, TIME_KEY)) for o in outputs), default=0.0),
+            "start": min((float(value(o, START_KEY)) for o in outputs), default=0.0),
+            "end": max((float(value(o, END_KEY)) for o in outputs), default=0.0),
             "tokens": float(sum(value(o, TOKENS_KEY) for o in outputs)),
             "k3_sum": float(sum(value(o, K3_SUM_KEY) for o in outputs)),
         }
@@ -266,6 +297,10 @@ class PlatformTeacherGroup:
             m[f"mopd_teacher/{platform}/time_s"] = s["time_s"] if s else 0.0
             if with_k3 and s and s["tokens"] > 0:
                 m[f"mopd_teacher/{platform}/k3_mean"] = s["k3_sum"] / s["tokens"]
+        self.last_timeline = {p: (s["start"], s["end"]) for p, s in stats.items() if s["end"] > 0}
+        spans = list(self.last_timeline.values())
+        m["mopd_teacher/overlap_s"] = sum(max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+                                          for i, a in enumerate(spans) for b in spans[i + 1:])
         return m
 
     # ------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from verl.utils.torch_functional import logprobs_from_logits
 from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import TEACHER_MESH, position_rows, teacher_output
 from verl_mopd.teachers.router import get_field
+from verl_mopd.teachers.weights import HostWeights, resolve_policy
 
 __all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "pack_like_old_log_probs",
            "load_teacher_model", "HFTeacherWorker"]
@@ -190,7 +191,7 @@ class HFTeacherWorker(FetchOnceWorker, Worker):
     Every rank is its own data-parallel rank of mesh ``TEACHER_MESH`` (registered the way verl's
     ``TrainingWorker`` registers its ``train`` mesh), so the group dispatches with verl's nd-compute
     dispatch. ``config`` is a ``TeacherConfig`` (or its dict). A ``colocated`` teacher on CUDA keeps
-    its weights on the CPU between calls (the actor's GPU memory is free for the other roles).
+    its weights by its ``weights`` policy between calls (``resident``, ``pinned``, ``pageable``).
     """
 
     def __init__(self, config, num_threads: int | None = None):
@@ -214,20 +215,28 @@ class HFTeacherWorker(FetchOnceWorker, Worker):
         self.device = device
         self.offload = cfg.placement == "colocated" and device == "cuda"
         self.model = load_teacher_model(cfg.model_path, cfg.dtype, cfg.trust_remote_code)
-        self.model.to("cpu" if self.offload else device).eval()
+        self.model.to(device).eval()
+        self.weights = HostWeights([*self.model.parameters(), *self.model.buffers()], device,
+                                   resolve_policy(cfg.weights, self.offload))
+        self.weights.offload()  # the actor's GPU memory is free until the first call
         return True
 
     @contextlib.contextmanager
     def _on_device(self):
-        """The model on its device for one call; back on the CPU afterwards when offloading."""
-        if self.offload:
-            self.model.to(self.device)
+        """The model on its device for one call; back in host memory afterwards by the teacher's
+        ``weights`` policy (``verl_mopd.teachers.weights``)."""
+        self.weights.load()
         try:
             yield
         finally:
-            if self.offload:
-                self.model.to("cpu")
+            self.weights.offload()
+            if self.weights.policy != "resident":
                 torch.cuda.empty_cache()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weight_stats(self) -> dict:
+        """This rank's weight moves so far (``HostWeights.counts``) and its policy."""
+        return {**self.weights.counts, "policy": self.weights.policy}
 
     @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
     def compute_teacher_log_prob(self, shard):
