@@ -51,13 +51,11 @@ def _fields_read(stats_before, stats_after) -> dict[str, int]:
 def measure(groups: int, rollouts: int, steps: int, image_hw: tuple[int, int]) -> dict:
     import ray
     import transfer_queue as tq
-    from _teacher_tiny import save_tiny_vl, store_groups
+    from _teacher_tiny import colocated_vl_teachers, store_groups
     from omegaconf import OmegaConf
     from transformers import AutoModelForImageTextToText
 
-    from verl_mopd.config import MOPDConfig
     from verl_mopd.teachers.group import PlatformTeacherGroup
-    from verl_mopd.teachers.placement import checkpoint_params, plan_teachers
     from verl_mopd.teachers.weights import HostWeights
 
     torch.set_num_threads(1)
@@ -65,12 +63,7 @@ def measure(groups: int, rollouts: int, steps: int, image_hw: tuple[int, int]) -
     tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
     try:
         root = Path(tempfile.mkdtemp(prefix="teacher_step_"))
-        paths = {p: save_tiny_vl(root / p, seed=s) for p, s in (("desktop", 11), ("mobile", 22))}
-        cfg = MOPDConfig.from_mapping({"teachers": {p: {
-            "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "placement": "colocated",
-            "micro_batch_tokens": 2048} for p, path in paths.items()}})
-        plan = plan_teachers(cfg.teachers, {p: checkpoint_params(c.model_path) for p, c in cfg.teachers.items()},
-                             rollout_fraction=0.6, actor_offloaded=True)
+        cfg, paths, plan = colocated_vl_teachers(root, micro_batch_tokens=2048)
         group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1, plan=plan)
         wgs = list(group.worker_groups.values())
         model = AutoModelForImageTextToText.from_pretrained(paths["desktop"]).eval()

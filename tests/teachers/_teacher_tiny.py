@@ -150,3 +150,20 @@ def store_groups(tq, model, *, groups: int, rollouts: int, seed: int, image_hw=(
                                                        layout=torch.jagged),
         "mopd_kl_mask": torch.ones(len(keys))}, batch_size=[len(keys)]))
     return KVBatchMeta(keys=keys, tags=tags, partition_id="train"), samples
+
+
+def colocated_vl_teachers(root, micro_batch_tokens: int):
+    """Two colocated tiny Qwen3-VL ``hf`` CPU teachers (desktop, mobile) saved under ``root``, and the
+    memory plan of them (sizes from their ``config.json``, actor offloaded, SGLang at 0.6):
+    ``(MOPDConfig, {platform: path}, TeacherPlan)``."""
+    from verl_mopd.config import MOPDConfig
+    from verl_mopd.teachers.placement import checkpoint_params, plan_teachers
+
+    paths = {p: save_tiny_vl(root / p, seed=s) for p, s in (("desktop", 11), ("mobile", 22))}
+    cfg = MOPDConfig.from_mapping({"teachers": {p: {
+        "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "placement": "colocated",
+        "micro_batch_tokens": micro_batch_tokens} for p, path in paths.items()}})
+    plan = plan_teachers(cfg.teachers, {p: checkpoint_params(c.model_path) for p, c in cfg.teachers.items()},
+                         rollout_fraction=0.6, actor_offloaded=True)
+    return cfg, paths, plan
+

@@ -10,7 +10,7 @@ TransferQueue are counted field by field.
 import numpy as np
 import pytest
 import torch
-from _teacher_tiny import direct_vl_logprobs, save_tiny_vl, store_groups, vl_sample
+from _teacher_tiny import colocated_vl_teachers, direct_vl_logprobs, save_tiny_vl, store_groups, vl_sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -141,15 +141,7 @@ def test_two_colocated_teachers_overlap_when_the_plan_puts_them_together(ray_tq,
     """S3-2: the plan (sizes from the local checkpoints) puts both colocated teachers in one wave; the
     group dispatches the wave before it waits, so their calls overlap on the workers' clocks. Without
     a plan they run in turn (today's order): no overlap."""
-    from verl_mopd.teachers.placement import checkpoint_params, plan_teachers
-
-    root = tmp_path_factory.mktemp("colocated")
-    paths = {p: save_tiny_vl(root / p, seed=s) for p, s in (("desktop", 11), ("mobile", 22))}
-    cfg = MOPDConfig.from_mapping({"teachers": {p: {
-        "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "placement": "colocated",
-        "micro_batch_tokens": 512} for p, path in paths.items()}})
-    plan = plan_teachers(cfg.teachers, {p: checkpoint_params(c.model_path) for p, c in cfg.teachers.items()},
-                         rollout_fraction=0.5, actor_offloaded=True)
+    cfg, paths, plan = colocated_vl_teachers(tmp_path_factory.mktemp("colocated"), micro_batch_tokens=512)
     assert plan.waves == [["desktop", "mobile"]]
     group = PlatformTeacherGroup.build(cfg, use_gpu=False, num_threads=1, plan=plan)
     try:

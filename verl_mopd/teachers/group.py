@@ -1,5 +1,6 @@
 """``PlatformTeacherGroup``: one teacher per platform; split the step's samples by platform, score
-every part with its platform's teacher (all platforms in flight at once), merge back in order.
+every part with its platform's teacher (dedicated teachers, and each wave of colocated ones, in
+flight at once), merge back in order.
 
 Each teacher is a verl worker group (``RayWorkerGroup``) whose ``compute_teacher_log_prob`` uses
 verl's nd-compute dispatch (``make_nd_compute_dataproto_dispatch_fn``, ``blocking=False``): the call
