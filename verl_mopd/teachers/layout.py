@@ -145,7 +145,7 @@ def output_metrics(response_logp: torch.Tensor, data: TensorDict) -> tuple[int, 
     return int(mask.sum()), k3_sum
 
 
-def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float, started_unix: float | None = None) -> TensorDict:
+def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float) -> TensorDict:
     """A worker's return value: ``{TEACHER_LOGPROBS_KEY: (bs, j, 1)}`` plus the call's metrics as batch-level
     entries (verl's ``tqbridge`` stores the tensor in TransferQueue and the metrics in the returned
     meta's ``extra_info``).
@@ -153,8 +153,8 @@ def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float, st
     Args:
         full_logp: jagged ``(bs, j)`` whole-sequence log-probs (verl's engine ``log_probs``).
         data: the shard the worker was given.
-        started: ``time.perf_counter()`` at the start of the call.
-        started_unix: ``time.time()`` at the start of the call (the timeline; now when not given).
+        started: ``time.perf_counter()`` at the start of the call (the call's span, ``START_KEY`` to
+            ``END_KEY``, is stamped in ``time.time()``).
     """
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
@@ -166,7 +166,7 @@ def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float, st
                      batch_size=[len(data)])
     elapsed, now = time.perf_counter() - started, time.time()
     tu.assign_non_tensor(out, **{TIME_KEY: elapsed, TOKENS_KEY: tokens, K3_SUM_KEY: k3_sum,
-                                 START_KEY: now - elapsed if started_unix is None else started_unix, END_KEY: now})
+                                 START_KEY: now - elapsed, END_KEY: now})
     return out
 
 

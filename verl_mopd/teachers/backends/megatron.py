@@ -4,7 +4,8 @@ Built exactly as verl builds its reference policy (``ActorRolloutRefWorker.init_
 reference model", ``verl/workers/engine_workers.py``): the run's ``actor_rollout_ref.ref`` block
 (megatron engine settings inherited from the actor: bridge, recompute, remove-padding, seed, ...)
 converted with ``omega_conf_to_dataclass``, with this teacher's TP/PP/dtype, ``forward_only`` and
-``param_offload`` (colocated) on top, the ref's optimizer and checkpoint configs (never stepped),
+``param_offload`` (colocated with ``weights: pageable``; ``pinned`` is this worker's own
+``HostWeights`` around each call) on top, the ref's optimizer and checkpoint configs (never stepped),
 and the run's model block pointed at the teacher checkpoint. The worker is verl's own
 ``TrainingWorker``; a call goes through ``TrainingWorker.infer_batch``, which injects the engine
 keys (``use_dynamic_bsz``, ``max_token_len_per_gpu`` = ``micro_batch_tokens``,
