@@ -122,7 +122,8 @@ def report_measured(r: dict, groups: int, rollouts: int) -> None:
     ta, tb = sum(today["fields"].values()), sum(new["fields"].values())
     print(f"{'all fields':22s} {ta:14,d} {tb:12,d} {tb / ta:9.3f}")
     print(f"weight bytes moved per step: today {today['weight_bytes']:,} ({today['pageable_copies']} pageable copies), "
-          f"new {new['weight_bytes']:,} ({new['pageable_copies']} pageable copies; plan: {r['plan'].weights})")
+          f"new {new['weight_bytes']:,} ({new['pageable_copies']} pageable copies; plan: {r['plan'].weights}); "
+          f"new/today {new['weight_bytes'] / max(today['weight_bytes'], 1):.3f}")
     print(f"teacher phase wall time (median): today {today['wall_s'] * 1e3:.0f} ms, new {new['wall_s'] * 1e3:.0f} ms "
           f"(new/today {new['wall_s'] / today['wall_s']:.2f}; 2 shared cores, so overlap cannot halve it)")
     for name in ("today", "new"):
@@ -191,7 +192,8 @@ def paper_model(a: Assumptions, response_tokens: int, case: int, new: bool, pref
     else:
         teacher = a.teachers * (weights + fetch + compute)
     other = a.rollout_s[case] + a.old_logprob_s[case] + a.gate_adv_s + a.update_s[case] + a.weight_sync_s
-    return {"compute": a.teachers * compute, "fetch": a.teachers * fetch, "weights": a.teachers * weights,
+    return {"rollout": a.rollout_s[case], "old_logprob": a.old_logprob_s[case], "gate_adv": a.gate_adv_s,
+            "update": a.update_s[case], "sync": a.weight_sync_s, "compute": a.teachers * compute, "fetch": a.teachers * fetch, "weights": a.teachers * weights,
             "teacher": teacher, "step": teacher + other, "share": teacher / (teacher + other),
             "fetched_bytes": a.teachers * sent * a.pixel_bytes / (a.group if new else 1),
             "weight_bytes_per_gpu": a.teachers * 2 * a.teacher_weight_bytes_per_gpu * (not new)}
@@ -205,7 +207,8 @@ def report_model(a: Assumptions) -> None:
     print(head)
     cols = [paper_model(a, 300, 0, False), paper_model(a, 300, 0, True), paper_model(a, 2000, 1, False),
             paper_model(a, 2000, 1, True), paper_model(a, 300, 0, True, True), paper_model(a, 2000, 1, True, True)]
-    rows = [("teacher compute s", "compute", 1), ("teacher input fetch s", "fetch", 1),
+    rows = [("rollout s", "rollout", 1), ("old log-probs s", "old_logprob", 1), ("gate + advantages s", "gate_adv", 1),
+            ("actor update s", "update", 1), ("weight sync s", "sync", 1), ("teacher compute s", "compute", 1), ("teacher input fetch s", "fetch", 1),
             ("teacher weights s", "weights", 1), ("teacher phase s", "teacher", 1), ("step s", "step", 1),
             ("teacher share %", "share", 100), ("pixel bytes read GB", "fetched_bytes", 1e-9),
             ("weight bytes moved GB/GPU", "weight_bytes_per_gpu", 1e-9)]
