@@ -4,7 +4,8 @@ A stage-2-shaped step in the real TransferQueue: groups of ``G`` rollouts of one
 screenshot stored once per rollout (as verl's agent loop stores it), an ``hf`` teacher on a 2-rank
 verl worker group. The same step is scored the old way (every row's ``multi_modal_inputs`` read) and
 the new way; the stored ``teacher_logprobs`` are compared bit for bit, and each rank's reads from
-TransferQueue are counted field by field.
+TransferQueue are counted field by field. Last, two colocated teachers that the memory plan puts in
+one wave overlap on the same kind of step (their calls' spans on the workers' clocks).
 """
 
 import numpy as np
