@@ -229,7 +229,10 @@ def main() -> None:
     ap.add_argument("--model-only", action="store_true", help="print part 2 only")
     args = ap.parse_args()
     if not args.model_only:
-        report_measured(measure(args.groups, args.rollouts, args.steps, tuple(args.image)), args.groups, args.rollouts)
+        measured = measure(args.groups, args.rollouts, args.steps, tuple(args.image))
+        report_measured(measured, args.groups, args.rollouts)
+        if not torch.equal(measured["today"]["logprobs"].values(), measured["new"]["logprobs"].values()):
+            raise SystemExit("the new way changed the teacher log-probs")
     report_model(Assumptions())
 
 
