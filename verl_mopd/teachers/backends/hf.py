@@ -233,11 +233,6 @@ class HFTeacherWorker(FetchOnceWorker, Worker):
             if self.weights.policy != "resident":
                 torch.cuda.empty_cache()
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def weight_stats(self) -> dict:
-        """This rank's weight moves so far (``HostWeights.counts``) and its policy."""
-        return {**self.weights.counts, "policy": self.weights.policy}
-
     @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
     def compute_teacher_log_prob(self, shard):
         """``shard``: this rank's shard, a TensorDict in the no-padding layout, or a ``DeferredShard``

@@ -176,11 +176,6 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
         self.weights.offload()
         return True
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def weight_stats(self) -> dict:
-        """This rank's weight moves so far by ``HostWeights`` (verl's own pageable offload not counted)."""
-        return {**self.weights.counts, "policy": self.weights_policy}
-
     def fetch_group(self):
         """Megatron's model-parallel group (TP x PP) and its first rank; the broadcast runs on the GPU."""
         import torch
