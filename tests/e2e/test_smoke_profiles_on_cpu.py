@@ -32,7 +32,7 @@ SIZES = [
     # verl interpolates these from the sizes above
     "actor_rollout_ref.rollout.prompt_length", "actor_rollout_ref.rollout.response_length",
     "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "distillation.teacher_models.*.inference.prompt_length",
-    "distillation.teacher_models.*.inference.response_length",
+    "distillation.teacher_models.*.inference.response_length", "mopd.teachers.*.params_b",
 ]
 DEVICES = [
     "trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node", "mopd.teachers.*.device",

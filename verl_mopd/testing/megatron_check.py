@@ -138,7 +138,7 @@ def run_teacher(args) -> dict:
                                                             "actor_rollout_ref.model.use_fused_kernels=true"])
     teacher = TeacherConfig(model_path=args.model, backend="megatron", n_gpus_per_node=world, platform="desktop",
                             tensor_model_parallel_size=args.tp, placement="colocated", micro_batch_tokens=48,
-                            dtype=args.dtype)
+                            dtype=args.dtype, weights="pageable")  # verl's own param_offload path
     ref, model = teacher_blocks(teacher, run_config)
     worker = MegatronTeacherWorker(teacher=dict(teacher), ref=ref, model=model)
     worker.init_model()

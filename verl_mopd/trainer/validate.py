@@ -246,6 +246,10 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
                 "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
                 f"(verl.utils.seqlen_balancing); set it >= {longest}"
             )
+    if mopd.teachers:  # which colocated teachers run together, where their weights wait (teachers.placement)
+        from verl_mopd.teachers.placement import run_plan
+
+        problems.extend(run_plan(config, mopd.teachers).problems)
     for t in teachers.values():
         _check_path(t.model_path_key, t.model_path, problems, warnings, head)
     _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd.teachers))
@@ -640,6 +644,10 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
     problems, warnings = unread + problems, suspicious + warnings
     if print_config:
         print(OmegaConf.to_yaml(config, resolve=True))
+    from verl_mopd.teachers.placement import plan_lines
+
+    for line in plan_lines(config):
+        print(f"PLAN: {line}", file=sys.stderr)
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     for p in problems:
