@@ -152,6 +152,13 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     row["student"] += 0.5
     torch.save(step, dump)
     assert _failed(copy, "step 2: actor K3 sum")
+    row["student"] -= 0.5
+
+    # the rollout's probability of one token it sampled 0.1 off the actor's (a rollout the last sync missed)
+    probs = row["student"].double().exp()
+    row["rollout"] = (probs + torch.where(probs < 0.5, 0.1, -0.1)).log().float()
+    torch.save(step, dump)
+    assert _failed(copy, "step 2: rollout's probabilities")
     dump.write_bytes(original)
 
     # the actor's step-1 log-probs of one sample 1e-4 nats off transformers' forward of the student

@@ -54,9 +54,9 @@ ENGINES = [
 OUTPUTS = ["trainer.logger"]  # where the metrics go (verl's file logger for the smoke's checks)
 #: what the smoke's checks need changed, and why (recipes/ui_mopd/smoke/_stage2.yaml says the same)
 CHECKS = {
-    # the tiny student moves past the rollout check's tolerance by step 3 (at the recipe's 1e-6 it moves
+    # the tiny student moves past the rollout check's tolerance at each step (at the recipe's 1e-6 it moves
     # 0.0013 in probability): a rollout left on old weights then fails that check
-    "actor_rollout_ref.actor.optim.lr": 3.0e-4,
+    "actor_rollout_ref.actor.optim.lr": 5.0e-4,
 }
 #: the method: the profile must leave every one of these exactly as the recipe has it
 METHOD = [

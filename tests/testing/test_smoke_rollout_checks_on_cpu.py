@@ -3,8 +3,9 @@ dumps: each passes on what a correct run leaves and fails on a tampered copy.
 
 - each step, the rollout's probability of every token it sampled equals the actor's (``rollout_log_probs``
   against ``old_log_probs``) within the profile's tolerance;
-- by the last step the actor's probabilities differ from the starting student's (a direct forward of its
-  checkpoint) by more than that tolerance, so a rollout left on the starting weights fails the first check.
+- at every step after the first, the actor's probabilities differ from the starting student's (a direct
+  forward of its checkpoint) by more than that tolerance, so a rollout left on the starting weights fails
+  the first check.
 """
 
 import math
@@ -76,16 +77,24 @@ def run(tmp_path_factory):
     return paths, row, model[0][1].float()
 
 
-@pytest.mark.parametrize("shift, ok", [(0.0, False), (0.04, False), (0.2, True)])
-def test_the_student_moved_check_needs_the_last_steps_probabilities_past_the_tolerance(run, shift, ok):
-    paths, row, start = run
-    profile = smoke.PROFILES["cpu"]
+def _moved(start, shift):
+    """``start``'s log-probs with one token's probability moved by ``shift`` (towards the side with room)."""
     probs = start.double().exp()
-    # move one token's probability by `shift` (towards the side with room), keep the others as they started
-    moved = probs.clone()
-    moved[3] = moved[3] + shift if moved[3] < 0.5 else moved[3] - shift
-    tampered = {**row, "student": moved.log().float()}
-    dumps = {1: [{**row, "student": start}], 3: [tampered]}
-    passed, detail = smoke._check_student_moved(paths, profile, dumps)
+    probs[3] = probs[3] + shift if probs[3] < 0.5 else probs[3] - shift
+    return probs.log().float()
+
+
+@pytest.mark.parametrize("shifts, ok", [((0.2, 0.2), True), ((0.0, 0.2), False), ((0.2, 0.04), False),
+                                        ((0.04, 0.04), False)])
+def test_the_student_moved_check_needs_every_later_steps_probabilities_past_the_tolerance(run, shifts, ok):
+    paths, row, start = run
+    dumps = {1: [{**row, "student": start}], **{step: [{**row, "student": _moved(start, shift)}]
+                                                for step, shift in zip((2, 3), shifts, strict=True)}}
+    passed, detail = smoke._check_student_moved(paths, smoke.PROFILES["cpu"], dumps)
     assert passed is ok, detail
-    assert detail.startswith("step 3, 8 tokens")
+    assert detail.startswith("max |p_actor - p_starting student| step 2 ")
+
+
+def test_the_student_moved_check_needs_a_step_after_the_first(run):
+    paths, row, start = run
+    assert not smoke._check_student_moved(paths, smoke.PROFILES["cpu"], {1: [{**row, "student": start}]})[0]
