@@ -48,6 +48,7 @@ ENGINES = [
     "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.max_num_seqs",
     "actor_rollout_ref.rollout.multi_stage_wake_up", "actor_rollout_ref.rollout.qat.*",
     "distillation.teacher_models.*.inference.name", "mopd.teachers.*.backend", "mopd.teachers.*.dtype",
+    "mopd.teachers.*.weights",  # where the layout keeps a teacher's weights between steps (unset: auto)
     "mopd.teachers.*.tensor_model_parallel_size", "reward.reward_model.*", "engine.*", "optim.*",
     "model.use_remove_padding", "model.override_config.*",
 ]
