@@ -260,3 +260,38 @@ def test_our_state_is_in_the_step_folder_before_verl_marks_the_step_latest(monke
         seen["at_tracker_write"])
     assert len(torch.load(tmp_path / "global_step_7" / HELD_PROMPTS_FILE, weights_only=False)) == len(
         trainer.held_prompts.rows) > 0
+
+
+def test_resume_reloads_the_samplers_state_through_its_own_save_and_load(monkeypatch, tmp_path):
+    """The trainer's ``_save_checkpoint`` / ``_load_checkpoint`` with the quota sampler's real
+    ``save_checkpoint`` / ``load_checkpoint`` (only verl's own part, the actor and the dataloader, is left
+    out): the resumed sampler's counters are the saved ones, not a fresh sampler's."""
+    trainer = _quota_trainer(monkeypatch, [])
+    scheduler = trainer.replay_buffer.scheduler
+    for batch in range(3):  # three batches served, 2 groups of each domain in each
+        scheduler.start_batch(4, float(batch))
+        for i, domain in enumerate(["desktop", "mobile", "desktop", "mobile"]):
+            scheduler.add(f"g{batch}.{i}", domain)
+        assert scheduler.poll(float(batch)).batch
+    saved = trainer.replay_buffer.state_dict()
+    fresh = _quota_trainer(monkeypatch, []).replay_buffer.state_dict()
+    assert saved != fresh and saved["scheduler"]["batches_total"] == 3
+
+    def verl_save(self):  # verl's part: actor, dataloader, the tracker file
+        os.makedirs(tmp_path / f"global_step_{self.global_steps}", exist_ok=True)
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
+
+    def verl_load(self):
+        self.global_steps = int((tmp_path / "latest_checkpointed_iteration.txt").read_text())
+
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_save_checkpoint", verl_save)
+    monkeypatch.setattr(trainer_base.PPOTrainer, "_load_checkpoint", verl_load)
+    trainer.config.trainer.default_local_dir = str(tmp_path)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+
+    resumed = _quota_trainer(monkeypatch, [])
+    resumed.config.trainer.default_local_dir = str(tmp_path)
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 2
+    assert resumed.replay_buffer.state_dict() == saved
