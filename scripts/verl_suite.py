@@ -2,7 +2,7 @@
 """verl's own CPU tests, with and without verl-mopd loaded: report every test whose outcome differs.
 
 Run it when the verl pin moves (the contributor page says so). The method is the peer review's
-(``shared/review/peer_tests.md``), as a script:
+, as a script:
 
 1. verl's ``tests/`` at the commit matching the installed verl (:data:`PIN_COMMITS`, or ``--commit``)
    are taken out of a git clone of verl (``--verl-git``, a ``.git`` folder or a bare clone) with
@@ -54,7 +54,7 @@ from pathlib import Path
 PIN_COMMITS = {
     "0.9.1": ("1dda039b9c6311889a9c9a26040677e1254814f9",
               "no public v0.9.1 tag: main of 2026-08-22, where 325 of the wheel's 419 files match by blob hash "
-              "(289 at v0.9.0); every file equal at v0.9.0 is equal there (peer_tests.md, section 1)"),
+              "(289 at v0.9.0); every file equal at v0.9.0 is equal there (the peer review of 2026-12-07)"),
 }
 #: files some verl tests open by their path in a verl checkout: linked to the installed verl's
 REPO_PATH_SHIMS = ("trainer/config", "workers/rollout/vllm_rollout/weight_update_utils.py",
