@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """verl's own CPU tests, with and without verl-mopd loaded: report every test whose outcome differs.
 
-Run it when the verl pin moves (the contributor page says so). The method is the peer review's
-, as a script:
+Run it when the verl pin moves (the contributor page says so). The method is the peer review's of
+2026-12-07, as a script:
 
 1. verl's ``tests/`` at the commit matching the installed verl (:data:`PIN_COMMITS`, or ``--commit``)
    are taken out of a git clone of verl (``--verl-git``, a ``.git`` folder or a bare clone) with
