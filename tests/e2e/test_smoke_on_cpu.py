@@ -201,9 +201,15 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
                 "mopd_teacher/mobile/samples"):
         tampered_metrics(lambda d, key=key: d.update({key: d[key] * (1 + 1e-5) + 1e-5}))
         assert _failed(copy, "step 1: both platforms"), key
-    tampered_metrics(lambda d: d.update({k.replace("desktop", "@").replace("mobile", "desktop").replace("@", "mobile"): v
-                                         for k, v in d.items() if "desktop" in k or "mobile" in k}))
-    assert _failed(copy, "step 1: both platforms")
+    def swap(d):
+        d.update({k.replace("desktop", "@").replace("mobile", "desktop").replace("@", "mobile"): v
+                  for k, v in d.items() if "desktop" in k or "mobile" in k})
+
+    swapped = dict(lines[0]["data"])
+    swap(swapped)
+    if swapped != lines[0]["data"]:  # (two platforms with equal metrics would swap into themselves)
+        tampered_metrics(swap)
+        assert _failed(copy, "step 1: both platforms")
     tampered_metrics(lambda d: d.update({"actor/mopd/kl_on_tokens": d["actor/mopd/kl_on_tokens"] + 1}))
     assert _failed(copy, "step 1: actor K3 sum")
     metrics.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
