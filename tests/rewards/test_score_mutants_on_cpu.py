@@ -1,0 +1,71 @@
+"""Strict mode's small pieces, each value worked out by hand (found by mutation testing of
+``verl_mopd/rewards/score.py``, scripts/mutation.sh; docs/reliability.md)."""
+
+import pytest
+
+from verl_mopd.rewards import score
+
+
+@pytest.mark.parametrize("start, end, min_length, want", [
+    ((0, 0), (100, 0), 0.04, ("x", 1)),
+    ((100, 0), (0, 0), 0.04, ("x", -1)),
+    ((0, 0), (0, 100), 0.04, ("y", 1)),
+    ((0, 100), (0, 0), 0.04, ("y", -1)),
+    ((0, 0), (30, 100), 0.04, ("y", 1)),      # |dy| > |dx|, and dy is not end[1] - start[0] = 100 either
+    ((0, 0), (100, 100), 0.04, ("x", 1)),     # a tie goes to x
+    ((0, 0), (-100, 100), 0.04, ("x", -1)),
+    ((0, 0), (50, 0), 0.04, ("x", 1)),        # the length is hypot(dx, dy): 0.05
+    ((0, 0), (40, 0), 0.04, ("x", 1)),        # exactly swipe_min_length (40 / 1000): long enough
+    ((0, 0), (39, 0), 0.04, ("none", 0)),
+    ((0, 0), (1, 0), 0.0, ("x", 1)),          # the sign of dx = 1, dy = 1 is +1
+    ((0, 0), (0, 1), 0.0, ("y", 1)),
+    ((5, 5), (5, 5), 0.0, ("x", -1)),         # no move with no minimum length: the tie rule, sign of dx <= 0
+])
+def test_direction_is_the_dominant_axis_and_its_sign(start, end, min_length, want):
+    assert score.direction(start, end, min_length) == want
+
+
+@pytest.mark.parametrize("value, want", [(None, 0), (2.5, 1), (0.5, 1), (0.0, 0), (-0.5, -1), (-3.0, -1)])
+def test_sign(value, want):
+    assert score._sign(value) == want
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ("", "", 1.0),
+    ("click", "", 0.0),
+    ("", "click", 0.0),
+    ("a b", "c d", 0.0),
+    ("a b", "a c", 0.5),                       # p = r = 1/2
+    ("a b c d", "a", 0.4),                     # p = 1/4, r = 1: 2 * 0.25 / 1.25
+    ("a a b", "a b b", 2 / 3),                 # two common (a once, b once): p = r = 2/3
+])
+def test_token_f1(a, b, want):
+    assert score.token_f1(a, b) == pytest.approx(want, rel=1e-12)
+
+
+def test_make_configs_caches_and_builds_unhashable_values_uncached():
+    assert score.make_configs(bbox_scale=1.3) is score.make_configs(bbox_scale=1.3)
+    assert score.make_configs(bbox_scale=1.3)[0].bbox_scale == 1.3
+    with pytest.raises(ValueError, match=r"unknown reward_kwargs \['not_a_field'\]"):
+        score.make_configs(not_a_field=[1, 2])  # a list: not hashable, so the uncached path
+
+
+def _result(platform, score_value, acc, parsed, reason):
+    return {"platform": platform, "score": score_value, "acc": acc, "parsed": parsed, "reason": reason}
+
+
+def test_summarize_per_platform_and_all():
+    rows = [_result("desktop", 1.0, 1.0, True, "correct"),
+            _result("desktop", -0.5, 0.0, True, "partial:coordinate"),
+            _result("desktop", -1.0, 0.0, False, "invalid:parse"),
+            _result("desktop", -1.0, 0.0, False, "invalid:parse"),
+            {"score": -0.5, "acc": 0.0, "parsed": True, "reason": "partial:text"}]
+    out = score.summarize(rows)
+    assert set(out) == {"desktop", "unknown", "all"}
+    assert out["desktop"] == {"n": 4, "score": -0.375, "acc": 0.25, "parsed": 0.5, "correct": 1, "partial": 1,
+                              "invalid": 2, "reasons": {"invalid:parse": 2, "correct": 1, "partial:coordinate": 1}}
+    assert list(out["desktop"]["reasons"]) == ["invalid:parse", "correct", "partial:coordinate"]  # most common first
+    assert out["unknown"] == {"n": 1, "score": -0.5, "acc": 0.0, "parsed": 1.0, "correct": 0, "partial": 1,
+                              "invalid": 0, "reasons": {"partial:text": 1}}
+    assert out["all"]["n"] == 5 and out["all"]["score"] == pytest.approx(-0.4)
+    assert (out["all"]["correct"], out["all"]["partial"], out["all"]["invalid"]) == (1, 2, 2)
