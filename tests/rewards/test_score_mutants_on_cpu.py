@@ -69,3 +69,36 @@ def test_summarize_per_platform_and_all():
                               "invalid": 0, "reasons": {"partial:text": 1}}
     assert out["all"]["n"] == 5 and out["all"]["score"] == pytest.approx(-0.4)
     assert (out["all"]["correct"], out["all"]["partial"], out["all"]["invalid"]) == (1, 2, 2)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"correct": 1, "partial": -1, "invalid": -1},             # partial == invalid is allowed
+    {"bbox_scale": 0.5}, {"point_tolerance": 0}, {"point_tolerance": 0.5}, {"swipe_min_length": 0},
+    {"swipe_min_length": 0.5}, {"text_f1": 1}, {"text_edit_similarity": 1.0}, {"text_f1": 0.5},
+])
+def test_score_config_accepts(kwargs):
+    score.ScoreConfig(**kwargs)
+
+
+BOUNDS = "bbox_scale must be > 0, point_tolerance and swipe_min_length >= 0"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"correct": "a"}, "correct='a': must be a finite number"),
+    ({"correct": True}, "correct=True: must be a finite number"),
+    ({"partial": float("nan")}, "partial=nan: must be a finite number"),
+    ({"correct": float("nan"), "bbox_scale": 0}, "correct=nan: must be a finite number"),  # no order / bounds check
+    ({"correct": 0.5, "partial": 0.5}, "correct=0.5, partial=0.5, invalid=-1.0: need correct > partial >= invalid"),
+    ({"bbox_scale": 0}, BOUNDS), ({"bbox_scale": -1}, BOUNDS),
+    ({"point_tolerance": -0.1}, BOUNDS), ({"swipe_min_length": -0.1}, BOUNDS),
+    ({"text_f1": 0}, "text_f1=0: must be None or in (0, 1]"),
+    ({"text_f1": 1.5}, "text_f1=1.5: must be None or in (0, 1]"),
+    ({"text_f1": True}, "text_f1=True: must be None or in (0, 1]"),
+    ({"text_edit_similarity": "a"}, "text_edit_similarity='a': must be None or in (0, 1]"),
+    ({"bad_truth": "skip"}, "bad_truth='skip': allowed ['raise', 'invalid']"),
+    ({"bbox_scale": 0, "text_f1": 2}, BOUNDS + "; text_f1=2: must be None or in (0, 1]"),
+])
+def test_score_config_refuses_with_one_message_per_field(kwargs, message):
+    with pytest.raises(ValueError) as error:
+        score.ScoreConfig(**kwargs)
+    assert str(error.value) == "invalid reward config: " + message
