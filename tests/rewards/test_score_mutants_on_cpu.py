@@ -102,3 +102,29 @@ def test_score_config_refuses_with_one_message_per_field(kwargs, message):
     with pytest.raises(ValueError) as error:
         score.ScoreConfig(**kwargs)
     assert str(error.value) == "invalid reward config: " + message
+
+
+def _action(platform, **arguments):
+    from _reward_helpers import call
+
+    from verl_mopd.rewards.parse import ParseError, parse_action
+
+    action = parse_action(call(platform, **arguments), platform)
+    assert not isinstance(action, ParseError), action
+    return action
+
+
+def test_score_action_against_a_target_a_bare_action_and_a_platform():
+    truth = _action("mobile", action="click", coordinate=[500, 500])
+    near, far = _action("mobile", action="click", coordinate=[510, 500]), _action("mobile", action="click",
+                                                                                  coordinate=[900, 900])
+    result = score.score_action(near, truth)  # a bare Action: no box, the 0.04 distance rule
+    assert result == score.ScoreResult("correct", 1.0, True, True, "ok", {"coordinate": True})
+    result = score.score_action(far, score.Target(truth, bbox=(850, 850, 950, 950)), platform="mobile")
+    assert result == score.ScoreResult("correct", 1.0, True, True, "ok", {"coordinate": True})  # inside the box
+    result = score.score_action(far, truth, config=score.ScoreConfig(partial=-0.25))
+    assert result == score.ScoreResult("partial", -0.25, True, False, "partial:coordinate", {"coordinate": False})
+    swipe = _action("mobile", action="swipe", coordinate=[500, 500], coordinate2=[500, 100])
+    assert score.score_action(swipe, truth) == score.ScoreResult("partial", -0.5, False, False, "partial:action", {})
+    with pytest.raises(ValueError, match=r"^platform='desktop' but the ground truth is a mobile action$"):
+        score.score_action(near, truth, platform="desktop")
