@@ -128,3 +128,45 @@ def test_score_action_against_a_target_a_bare_action_and_a_platform():
     assert score.score_action(swipe, truth) == score.ScoreResult("partial", -0.5, False, False, "partial:action", {})
     with pytest.raises(ValueError, match=r"^platform='desktop' but the ground truth is a mobile action$"):
         score.score_action(near, truth, platform="desktop")
+
+
+@pytest.mark.parametrize("pred, truth, config, want", [
+    (None, None, {}, True), (None, "a", {}, False), ("a", None, {}, False),
+    ("Hello", "Hello", {"text_case_sensitive": True, "text_edit_similarity": None}, True),
+    ("hello", "Hello", {"text_case_sensitive": True, "text_edit_similarity": None}, False),
+    ("abcd", "abcde", {}, True),                  # length ratio and similarity exactly 0.8: accepted
+    ("abcde", "abcdx", {}, True),                 # similarity exactly 0.8 (rapidfuzz's float cutoff refused it)
+    ("abcd", "abce", {}, False),                  # 0.75
+    ("abc", "abcde", {}, False),                  # 0.6
+    ("a b", "a c", {"text_edit_similarity": None, "text_f1": 0.5}, True),   # F1 exactly 0.5: accepted
+    ("a b", "c d", {"text_edit_similarity": None, "text_f1": 0.5}, False),
+    ("x" * 1999 + "a", "x" * 1999 + "b", {}, True),   # 2000 characters: still compared by edit distance
+    ("x" * 2000 + "a", "x" * 2000 + "b", {}, False),  # longer: equality (and F1) only
+])
+def test_text_match(pred, truth, config, want):
+    assert score.text_match(pred, truth, score.ScoreConfig(**config)) is want
+
+
+def _drag_target(**arguments):
+    return score.Target(_action("desktop", action="left_click_drag", **arguments), bbox=(100, 100, 200, 200))
+
+
+@pytest.mark.parametrize("pred, target, want", [
+    # the truth gives the end point only: the prediction's end (coordinate2, else coordinate) must be in its box
+    ({"coordinate": [150, 150]}, {"coordinate": [150, 150]}, {"coordinate": True}),
+    ({"coordinate": [900, 900], "coordinate2": [150, 150]}, {"coordinate": [150, 150]}, {"coordinate": True}),
+    ({"coordinate": [150, 150], "coordinate2": [900, 900]}, {"coordinate": [150, 150]}, {"coordinate": False}),
+    ({"coordinate": [190, 190]}, {"coordinate": [110, 110]}, {"coordinate": True}),   # in the box, 0.11 away
+    # start and end in the truth: a prediction without both fails both
+    ({"coordinate": [150, 150]}, {"coordinate": [150, 150], "coordinate2": [150, 600]},
+     {"direction": False, "coordinate": False}),
+    ({"coordinate": [150, 150], "coordinate2": [150, 500]}, {"coordinate": [150, 150], "coordinate2": [150, 600]},
+     {"direction": True, "coordinate": True}),
+    ({"coordinate": [190, 190], "coordinate2": [190, 500]}, {"coordinate": [110, 110], "coordinate2": [110, 600]},
+     {"direction": True, "coordinate": True}),                                         # the start by the box
+    ({"coordinate": [150, 150], "coordinate2": [600, 150]}, {"coordinate": [150, 150], "coordinate2": [150, 600]},
+     {"direction": False, "coordinate": True}),
+])
+def test_drag_fields(pred, target, want):
+    p = _action("desktop", action="left_click_drag", **pred)
+    assert score._drag_fields(p, _drag_target(**target), score.ScoreConfig()) == want
