@@ -89,6 +89,16 @@ def test_tp1_log_probs_and_one_train_step_equal_transformers(tp1):
     assert tp1["control_err"] > 1e-2, tp1  # the pixels reach the log-probs
     assert relative(tp1["loss"], tp1["reference_loss"]) <= 1e-5, tp1
     assert relative(tp1["grad_norm"], tp1["reference_grad_norm"]) <= 1e-5, tp1
+    assert_weight_stats_checks(tp1)
+
+
+def assert_weight_stats_checks(result):
+    """The smoke's weight check (``hooks.combine_weight_stats`` of the engine's own shards) on Megatron's layout:
+    the loaded engine = its checkpoint in transformers; after the step = verl's export for the rollout; the
+    weights before the step (what a stale sync would leave) != that export."""
+    assert result["weights_vs_checkpoint"][0], result["weights_vs_checkpoint"]
+    assert result["trained_weights_vs_export"][0], result["trained_weights_vs_export"]
+    assert not result["initial_weights_vs_export"][0], result["initial_weights_vs_export"]
 
 
 @pytest.mark.parametrize("layout", ["thd", "bshd"])
@@ -99,6 +109,7 @@ def test_tp2_with_sequence_parallel_trains_like_tp1(tp1, tp2, layout):
     assert relative(tp2["loss"], tp1["loss"]) <= 1e-5, (tp1, tp2)
     assert relative(tp2["grad_norm"], tp1["grad_norm"]) <= 1e-5, (tp1, tp2)
     assert tp2["replicated_grad_spread"]["over_1e-6"] == [], tp2
+    assert_weight_stats_checks(tp2)  # TP-split parameters summed over the ranks, replicated ones once
 
 
 def test_without_the_corrections_megatron_bridge_gets_qwen3_vl_wrong(model, record, tmp_path, tp1):

@@ -16,6 +16,10 @@ and verl). An engine RESULT:
   (4 samples, 3 with an image when the checkpoint is a Qwen3-VL), through verl's
   ``TrainingWorker.infer_batch``; ``control_err``: the same against transformers with the pixels
   shifted by 1 (it must be large: the images reach the logits);
+- ``weights_vs_checkpoint``: ``hooks.compare_weight_stats`` of the engine's own parameters (every rank's
+  shards, ``hooks.combine_weight_stats``) against the checkpoint's in transformers, as ``[ok, detail]``;
+  with ``--train`` also after the step against verl's export for the rollout (``trained_weights_vs_export``),
+  and the weights before the step against that export (``initial_weights_vs_export``, which must differ)
 - with ``--train``: ``loss`` and ``grad_norm`` of one ``train_batch`` step with verl's ``sft_loss``
   (Megatron's distributed optimizer, clip 1.0), ``reference_loss`` / ``reference_grad_norm``: the same
   loss and total gradient norm from transformers in float64, and ``replicated_grad_spread``: for each
@@ -118,6 +122,28 @@ def _replicated_grad_spread(engine) -> dict[str, float]:
     return spread
 
 
+def _engine_weight_stats(engine) -> dict[str, list[float]]:
+    """The engine's own parameters as ``verl-mopd smoke`` reads them after each step (``hooks.dump_actor_state``):
+    every rank's :func:`~verl_mopd.trainer.hooks.engine_weight_stats`, combined."""
+    import torch.distributed as dist
+
+    from verl_mopd.trainer.hooks import combine_weight_stats, engine_weight_stats
+
+    records = [None] * dist.get_world_size()
+    dist.all_gather_object(records, engine_weight_stats(engine))
+    return combine_weight_stats(records)
+
+
+def _hf_weight_stats(model_path: str) -> dict[str, list[float]]:
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from verl_mopd.trainer.hooks import weight_stats
+
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
+    return {name: weight_stats(p) for name, p in model.named_parameters()}
+
+
 def run_teacher(args) -> dict:
     """The project's ``MegatronTeacherWorker`` (verl's ``TrainingWorker``, forward only, parameter offload as
     ``placement: colocated``, fused log-prob kernels as the stage-2 layout) built from the ``mopd`` run config
@@ -187,10 +213,15 @@ def run(args, layout: str = "thd") -> dict:
                                                  engine_config=engine_config, optimizer_config=optimizer,
                                                  checkpoint_config=CheckpointConfig()))
     worker.reset()
+    from verl_mopd.trainer.hooks import compare_weight_stats, weight_stats
+
+    initial = _engine_weight_stats(worker.engine)
     samples, make = _batch(model_config.hf_config)
     output = worker.infer_batch(make(compute_loss=False))
     result = {"tp": args.tp, "pp": args.pp, "sequence_parallel": bool(worker.engine.engine_config.sequence_parallel),
               "dtype": args.dtype, "format": layout, "engine": type(worker.engine).__name__,
+              # the smoke's weight check, on Megatron's own layout: the loaded engine = the checkpoint it loaded
+              "weights_vs_checkpoint": compare_weight_stats(initial, _hf_weight_stats(args.model)),
               }
     if output is not None:
         want, _, _ = reference(args.model, samples)
@@ -218,6 +249,11 @@ def run(args, layout: str = "thd") -> dict:
             _, loss, norm = reference(args.model, samples, train=True)
             result.update(loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]), reference_loss=loss,
                           reference_grad_norm=norm)
+        trained_stats = _engine_weight_stats(worker.engine)
+        per_tensor, _ = worker.engine.get_per_tensor_param()  # what verl sends the rollout (every rank drains it)
+        exported = {name: weight_stats(tensor) for name, tensor in per_tensor}
+        result["trained_weights_vs_export"] = compare_weight_stats(trained_stats, exported)
+        result["initial_weights_vs_export"] = compare_weight_stats(initial, exported)  # stale: must differ
         worst = max(spread, key=spread.get) if spread else None
         result["replicated_grad_spread"] = {"max": spread.get(worst, 0.0), "parameter": worst,
                                             "over_1e-6": sorted(k for k, v in spread.items() if v > 1e-6)}

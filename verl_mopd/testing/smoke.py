@@ -652,11 +652,11 @@ def run_checks(paths: Paths, profile: Profile, resumed: bool = True, only: str |
         check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
         check(f"step {step}: gate = recomputed from the scores (group mean {mopd['gate_metric']} <= tau_kl)",
               lambda rows=rows: _check_gate_value(rows, mopd))
-        check(f"step {step}: grad norm > 0", lambda m=m: (m["actor/grad_norm"] > 0,
-                                                          f"actor/grad_norm {m['actor/grad_norm']:.3g}"))
+        check(f"step {step}: grad norm > 0", lambda m=m: _check_grad_norm(m))
         check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
-        check(f"step {step}: both platforms' metrics", lambda m=m: _check_platform_metrics(m))
-    check("rollout weights = actor weights after every sync", lambda: _check_syncs(paths, metrics))
+        check(f"step {step}: both platforms' metrics = recomputed from the dump",
+              lambda m=m, rows=rows: _check_platform_metrics(m, rows))
+    check("rollout weights = the actor's own weights after every sync", lambda: _check_syncs(paths, metrics))
     for step in sorted(metrics):
         check(f"step {step}: rollout's probabilities of its tokens = the actor's (max diff <= "
               f"{profile.sync_tolerance:g})", lambda step=step: _check_rollout_probs(
@@ -913,27 +913,75 @@ def _check_pg(rows: list[dict]) -> tuple[bool, str]:
                 f"max |advantage| {advantage:.3g}")
 
 
-def _check_platform_metrics(m: dict) -> tuple[bool, str]:
-    wanted = [f"{prefix}/{p}" for p in PLATFORMS for prefix in ("mopd/kl_mask_on_fraction", "mopd/reward_mean",
-                                                                "mopd/response_length")]
-    wanted += [f"mopd_teacher/{p}/samples" for p in PLATFORMS]
-    missing = [k for k in wanted if k not in m]
-    return not missing, ("missing " + ", ".join(missing)) if missing else (
-        "; ".join(f"{p}: reward {m[f'mopd/reward_mean/{p}']:+.2f}, KL on {m[f'mopd/kl_mask_on_fraction/{p}']:.2f}, "
-                  f"teacher samples {m[f'mopd_teacher/{p}/samples']:.0f}" for p in PLATFORMS))
+def _check_grad_norm(m: dict) -> tuple[bool, str]:
+    norm = m["actor/grad_norm"]
+    return math.isfinite(norm) and norm > 0, f"actor/grad_norm {norm:.3g}"
+
+
+#: relative tolerance of the per-platform metrics (float32 means of a few values)
+PLATFORM_METRIC_TOLERANCE = 1e-6
+
+
+def _check_platform_metrics(m: dict, rows: list[dict]) -> tuple[bool, str]:
+    """Each platform's metrics, recomputed here from the step's dumped samples (padding left out): the
+    fraction with KL on, the mean summed reward, the mean response length, and the teacher group's count
+    of the platform's samples."""
+    want: dict[str, float] = {}
+    for p in PLATFORMS:
+        mine = [row for row in rows if row["platform"] == p]
+        n = max(len(mine), 1)
+        want[f"mopd/kl_mask_on_fraction/{p}"] = math.fsum(row["gate"] > 0 for row in mine) / n
+        want[f"mopd/reward_mean/{p}"] = math.fsum(row["score"] for row in mine) / n
+        want[f"mopd/response_length/{p}"] = math.fsum(float(row["response_mask"].sum()) for row in mine) / n
+        want[f"mopd_teacher/{p}/samples"] = float(len(mine))
+    missing = [k for k in want if k not in m]
+    if missing:
+        return False, "missing " + ", ".join(missing)
+    wrong = [f"{k} {m[k]:.6g} (recomputed {v:.6g})" for k, v in want.items()
+             if abs(m[k] - v) > PLATFORM_METRIC_TOLERANCE * max(abs(v), 1.0)]
+    counts = [want[f"mopd_teacher/{p}/samples"] for p in PLATFORMS]
+    return not wrong and all(counts), ("; ".join(
+        f"{p}: reward {m[f'mopd/reward_mean/{p}']:+.2f}, KL on {m[f'mopd/kl_mask_on_fraction/{p}']:.2f}, "
+        f"length {m[f'mopd/response_length/{p}']:.1f}, teacher samples {m[f'mopd_teacher/{p}/samples']:.0f}"
+        for p in PLATFORMS) + (f"; differ: {', '.join(wrong)}" if wrong else "; all = recomputed"))
 
 
 def _check_syncs(paths: Paths, metrics: dict[int, dict]) -> tuple[bool, str]:
+    """After every weight sync, the rollout's weights against the actor engine's own parameters at that step
+    (``dumps/actor_state.jsonl``, ``hooks.dump_actor_state``; stale weights sent intact differ there), and
+    what the rollout holds against what was sent (sha256 of each tensor: the transport)."""
+    from verl_mopd.trainer.hooks import ACTOR_STATE_FILE, compare_weight_stats
+
     log = paths.stage2 / "rollout_sync.jsonl"
     if not log.exists():  # GPU profile: SGLang holds the weights; compare log-probs instead
         worst = max(m["training/rollout_probs_diff_max"] for m in metrics.values())
         return worst < 0.1, f"no hf rollout: max |rollout - actor| log-prob {worst:.3g} < 0.1 (bfloat16 SGLang)"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    bad = [r["global_steps"] for r in records if r["sent"] != r["held"]]
-    ok = len(records) >= STAGE2_STEPS and not bad
+    state = paths.stage2 / "dumps" / ACTOR_STATE_FILE
+    actor: dict[int, list[dict]] = {}
+    for line in (state.read_text().splitlines() if state.exists() else []):
+        if line.strip():
+            record = json.loads(line)
+            actor.setdefault(record["global_steps"], []).append(record["params"])
+    torn = [r["global_steps"] for r in records if r["sent"] != r["held"]]
+    stale, missing, seen, detail = [], [], {}, ""
+    for record in records:  # the k-th sync of a global_steps value pairs with the k-th actor state of it
+        key = (record["global_steps"], record["replica"])
+        k = seen[key] = seen.get(key, -1) + 1
+        states = actor.get(record["global_steps"], [])
+        if k >= len(states) or "held_stats" not in record:
+            missing.append(record["global_steps"])
+            continue
+        ok, detail = compare_weight_stats(states[k], record["held_stats"])
+        if not ok:
+            stale.append(record["global_steps"])
+    ok = len(records) >= STAGE2_STEPS and not torn and not stale and not missing
     names = len(records[0]["held"]) if records else 0
-    return ok, (f"{len(records)} syncs, each of all {names} tensors: sha256 of the actor's = the rollout's"
-                + (f"; differ at global_steps {bad}" if bad else ""))
+    return ok, (f"{len(records)} syncs: the rollout's weights = the actor engine's own parameters at that step "
+                f"(last: {detail}); sha256 of all {names} tensors sent = held"
+                + (f"; differ from the actor's at global_steps {stale}" if stale else "")
+                + (f"; no actor state for global_steps {missing}" if missing else "")
+                + (f"; held differ from sent at global_steps {torn}" if torn else ""))
 
 
 def _check_resume(paths: Paths) -> tuple[bool, str]:
