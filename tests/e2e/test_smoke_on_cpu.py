@@ -240,8 +240,10 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     assert _failed(copy, "rollout weights")
 
     # stale weights sent intact: after the last step the rollout holds (and was sent) the step before's
+    # (the record of an earlier sync, not the other replica's record of the same one)
     records = [json.loads(line) for line in saved_syncs.splitlines()]
-    records[-1]["held_stats"] = records[-2]["held_stats"]
+    earlier = next(r for r in reversed(records) if r["global_steps"] != records[-1]["global_steps"])
+    records[-1]["held_stats"] = earlier["held_stats"]
     sync.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     assert _failed(copy, "rollout weights")
     sync.write_text(saved_syncs)
