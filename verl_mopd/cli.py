@@ -102,7 +102,7 @@ def _validate_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate_recipe(args: argparse.Namespace) -> int:
-    from verl_mopd.trainer.validate import validate_recipe_cli
+    from verl_mopd.checks.recipe_cli import validate_recipe_cli
 
     return validate_recipe_cli(args.file, args.overrides, args.print_config, args.head)
 

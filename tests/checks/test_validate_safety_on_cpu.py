@@ -5,8 +5,9 @@ import pathlib
 import pytest
 
 from verl_mopd import cli
-from verl_mopd.trainer.recipe_safety import code_target_problems, searchpath_problems
-from verl_mopd.trainer.validate import compose_recipe, validate
+from verl_mopd.checks.recipe_safety import code_target_problems, searchpath_problems
+from verl_mopd.checks.recipe_cli import compose_recipe
+from verl_mopd.checks.validate import validate
 
 ROOT = pathlib.Path(__file__).parents[2]
 SMALL = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_small.yaml"  # one node of 8 GPUs
