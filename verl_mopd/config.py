@@ -68,7 +68,7 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
         if not self.k3_clamp_below <= -11.0:
             errors.append(f"distillation.distillation_loss.k3_clamp_below={self.k3_clamp_below}: must be <= -11")
         if errors:
-            raise ValueError("invalid mopd_k3 loss config:\n  - " + "\n  - ".join(errors))
+            raise ConfigError(errors, "mopd_k3 loss config")
         super().__post_init__()
 
 

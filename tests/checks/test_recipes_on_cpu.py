@@ -134,7 +134,7 @@ def test_the_gates_levels_come_from_the_reward_config():
     _, warnings = _problems([*unfiltered, "+reward.custom_reward_function.reward_kwargs.correct=2.0"])
     assert "never masks" not in warnings  # the reward's own highest level, 2.0, is above tau
     problems, _ = _problems([*unfiltered, "+reward.custom_reward_function.reward_kwargs.correct=-2.0"])
-    assert ("reward.custom_reward_function.reward_kwargs: invalid reward config: correct=-2.0, partial=-0.5, "
+    assert ("reward.custom_reward_function.reward_kwargs: correct=-2.0, partial=-0.5, "
             "invalid=-1.0: need correct > partial >= invalid") in problems
 
 

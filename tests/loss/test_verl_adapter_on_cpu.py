@@ -499,7 +499,7 @@ def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
 def test_gate_errors_name_the_field():
     tq = InMemoryTQ()
     batch = _store_step(tq)
-    with pytest.raises(KeyError, match="mopd.gate_metric='format_ok'"):
+    with pytest.raises(ValueError, match="mopd.gate_metric='format_ok'"):
         write_reward_gate(batch, MOPDConfig(gate_metric="format_ok"), tq=tq)
     with pytest.raises(ValueError, match="mopd.normalization='tokens'"):
         MOPDConfig(normalization="tokens")

@@ -32,6 +32,7 @@ from verl_mopd.checks.cluster_checks import (
     section,
 )
 from verl_mopd.checks.recipe_safety import code_target_problems
+from verl_mopd.errors import ConfigError
 
 if TYPE_CHECKING:
     from verl_mopd.config import MOPDConfig
@@ -51,6 +52,11 @@ def _convert(config: DictConfig, path: str, problems: list[str]):
         return None
 
 
+def _sentences(exc: Exception) -> list[str]:
+    """The lines of a config dataclass's error: each of a ``ConfigError``'s, else the message."""
+    return list(exc.errors) if isinstance(exc, ConfigError) else [str(exc)]
+
+
 def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_groups: bool) -> float:
     """Smallest group mean that can reach the loss: with the all-equal groups filtered out, the
     lowest mixed group is n-1 rollouts at the lowest level and one at the next level."""
@@ -63,7 +69,6 @@ def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_g
 
 def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) -> MOPDConfig | None:
     from verl_mopd.config import MOPDConfig
-    from verl_mopd.errors import ConfigError
 
     block = section(config, "mopd")
     if block is None:  # a plain verl run (e.g. GRPO with our reward) needs none
@@ -165,7 +170,7 @@ def gate_metric_levels(config: DictConfig, metric: str, problems: list[str], war
     try:
         return reward_levels(**kwargs)
     except (ValueError, TypeError) as exc:
-        problems.append(f"reward.custom_reward_function.reward_kwargs: {exc}")
+        problems.extend(f"reward.custom_reward_function.reward_kwargs: {e}" for e in _sentences(exc))
         return None
 
 
@@ -355,7 +360,7 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
     try:
         batching = BatchingConfig.from_sampler_kwargs(kwargs)
     except (ValueError, TypeError) as exc:
-        problems.append(str(exc))
+        problems.extend(f"trainer.v1.sampler.sampler_kwargs: {e}" for e in _sentences(exc))
         return
     if mopd is not None and batching.domain_key != mopd.routing_key:
         written = "domain_key" in kwargs

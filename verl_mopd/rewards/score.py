@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
+from verl_mopd.errors import ConfigError
 from verl_mopd.rewards.actions import TOOL_NAMES, Action, normalize_key, platform_of_tool
 from verl_mopd.rewards.parse import DEFAULT_PARSE_CONFIG, ParseConfig, ParseError, parse_action
 from verl_mopd.rewards.truth import (
@@ -125,7 +126,7 @@ class ScoreConfig:
         if self.bad_truth not in _BAD_TRUTH:
             errors.append(f"bad_truth={self.bad_truth!r}: allowed {list(_BAD_TRUTH)}")
         if errors:
-            raise ValueError("invalid reward config: " + "; ".join(errors))
+            raise ConfigError(errors, "reward config")
 
     def level_score(self, level: str) -> float:
         if level not in LEVELS:
