@@ -48,7 +48,7 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
     use_rollout_is_weights: bool = True
 
     def __post_init__(self):
-        from verl_mopd.losses import register_loss
+        from verl_mopd.verl_loss import register_loss
 
         register_loss()  # this config is only built where mopd_k3 is meant to be available
         errors = []

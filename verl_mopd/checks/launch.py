@@ -65,7 +65,7 @@ def launch_findings(config: DictConfig) -> tuple[list[str], list[str]]:
     """``(problems, warnings)`` of a launch: the ``+key`` overrides that nothing reads (when hydra's
     node is there), then :func:`~verl_mopd.checks.validate.validate_composed` of the task config."""
     from verl_mopd.checks.validate import validate_composed
-    from verl_mopd.losses import require_registered
+    from verl_mopd.verl_loss import require_registered
 
     problems: list[str] = []
     warnings: list[str] = []

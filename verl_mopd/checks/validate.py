@@ -472,7 +472,7 @@ def validate(config: DictConfig, *, head: bool = False) -> tuple[list[str], list
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_mopd.losses import register_loss
+    from verl_mopd.verl_loss import register_loss
 
     register_loss()
     problems: list[str] = code_target_problems(config)
