@@ -403,6 +403,15 @@ def _gated_window(student_logp_BT: torch.Tensor, response_mask_BT: torch.Tensor,
     return _GatedWindow(kl_mask_B, response_BT, window_BT, counted_tokens(window_BT, kl_mask_B), weight_BT)
 
 
+def _weighted_k3(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor, tokens: _GatedWindow,
+                 kl_mask_B: torch.Tensor | None, linear_above: float, clamp_below: float) -> torch.Tensor:
+    """(bs, response_len) :func:`k3_kl` times the per-token weight of ``tokens``; ``kl_mask_B`` (or
+    None) is applied inside the K3 op."""
+    k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, linear_above=linear_above, clamp_below=clamp_below,
+                  kl_mask=kl_mask_B, token_mask=tokens.counted_BT)
+    return k3_BT if tokens.weight_BT is None else k3_BT * tokens.weight_BT
+
+
 def _window_metrics(tokens: _GatedWindow, k3_sum_B: torch.Tensor, *,
                     with_k3_mean: bool) -> dict[str, torch.Tensor]:
     """:func:`k3_metrics` of the per-sample K3 sums (without the gate's value) over ``tokens``."""
@@ -449,10 +458,7 @@ def gated_k3(
         ``"kept"``), and :func:`k3_metrics` as 0-dim tensors, ``mopd/k3_mean`` included.
     """
     tokens = _gated_window(student_logp_BT, response_mask_BT, kl_mask_B, kl_start_B, token_weight_BT)
-    k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, linear_above=linear_above, clamp_below=clamp_below,
-                  token_mask=tokens.counted_BT)
-    if tokens.weight_BT is not None:
-        k3_BT = k3_BT * tokens.weight_BT
+    k3_BT = _weighted_k3(student_logp_BT, teacher_logp_BT, tokens, None, linear_above, clamp_below)
     with torch.no_grad():
         stats = _window_metrics(tokens, (k3_BT * tokens.response_BT).sum(-1), with_k3_mean=True)
     if tokens.kl_mask_B is not None:
@@ -479,10 +485,7 @@ def gated_k3_gate_in_op(
     the metrics again. Same arguments and returns as :func:`gated_k3`.
     """
     tokens = _gated_window(student_logp_BT, response_mask_BT, kl_mask_B, kl_start_B, token_weight_BT)
-    k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, linear_above=linear_above, clamp_below=clamp_below,
-                  kl_mask=tokens.kl_mask_B, token_mask=tokens.counted_BT)
-    if tokens.weight_BT is not None:
-        k3_BT = k3_BT * tokens.weight_BT
+    k3_BT = _weighted_k3(student_logp_BT, teacher_logp_BT, tokens, tokens.kl_mask_B, linear_above, clamp_below)
     with torch.no_grad():
         k3_sum_B = (k3_BT * tokens.response_BT).sum(-1)
         if tokens.kl_mask_B is not None:  # the gate's value (a "kept" weight) divided out again

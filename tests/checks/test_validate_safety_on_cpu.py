@@ -74,7 +74,7 @@ def test_a_pkg_searchpath_outside_verl_is_refused_before_composing(canary, capsy
 )
 def test_cluster_breaking_values_are_problems(override, problem):
     problems, _ = _check([override])
-    assert problem in problems, problems
+    assert problem in problems and problems.count(problem) == 1, problems  # said once, by its one owner
 
 
 def test_warnings_for_a_missing_teacher_path_and_the_unbounded_k3(tmp_path):

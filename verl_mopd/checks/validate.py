@@ -37,6 +37,7 @@ from verl_mopd.errors import ConfigError
 if TYPE_CHECKING:
     from verl_mopd.config import MOPDConfig
 
+
 def _convert(config: DictConfig, path: str, problems: list[str]):
     from verl.utils.config import omega_conf_to_dataclass
 
@@ -80,7 +81,7 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
                             "it (compose the recipe on top of verl_mopd's mopd.yaml)")
         return None
     try:
-        gate = MOPDConfig.from_mapping(block)  # unknown and removed keys, every field check
+        mopd_config = MOPDConfig.from_mapping(block)  # unknown and removed keys, every field check
     except ConfigError as exc:
         problems.extend(exc.errors)
         return None
@@ -88,18 +89,18 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
     if beta is not None and (isinstance(beta, bool) or not isinstance(beta, int | float) or beta < 0):
         problems.append(f"distillation.distillation_loss.distillation_loss_coef={beta!r} (beta): must be a number "
                         ">= 0 (UI-MOPD uses 0.01)")
-    if gate.enable:
+    if mopd_config.enable:
         problems.extend(p for p in [gate_metric_problem(config)] if p)
-        _check_gate_against_filter(config, gate, problems, warnings)
+        _check_gate_against_filter(config, mopd_config, problems, warnings)
         mode = section(config, "actor_rollout_ref.actor.loss_agg_mode")
-        if gate.normalization == "kept" and mode is not None and mode != "token-mean":
+        if mopd_config.normalization == "kept" and mode is not None and mode != "token-mean":
             problems.append(
                 f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}: 'kept' is exact only for "
                 "token-mean (the gate scales the kept samples by N_tokens / N_kept_tokens of the step, a token "
                 "ratio that is wrong for a per-sequence mean or a sum); use mopd.normalization=all or "
                 "loss_agg_mode=token-mean"
             )
-    return gate
+    return mopd_config
 
 
 #: how a recipe names verl-mopd's own reward function (``reward.custom_reward_function.path``)
@@ -174,9 +175,9 @@ def gate_metric_levels(config: DictConfig, metric: str, problems: list[str], war
         return None
 
 
-def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, problems: list[str],
+def _check_gate_against_filter(config: DictConfig, mopd_config: MOPDConfig, problems: list[str],
                                warnings: list[str]) -> None:
-    levels = gate_metric_levels(config, gate.gate_metric, problems, warnings)
+    levels = gate_metric_levels(config, mopd_config.gate_metric, problems, warnings)
     if levels is None:
         return
     n = int(section(config, "actor_rollout_ref.rollout.n") or 1)
@@ -187,28 +188,28 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, problems: l
         # our quota sampler decides: "drop" evicts all-equal groups, "kl_only" keeps the low ones
         drops = (sampler.get("sampler_kwargs", {}) or {}).get("uniform_groups", "drop") == "drop"
     lowest = surviving_group_min_mean(levels, n, drops)
-    if lowest > gate.tau_kl:
+    if lowest > mopd_config.tau_kl:
         why = f"with all-equal groups filtered out and rollout.n={n}, " if drops else ""
         warnings.append(
-            f"the reward gate masks every group: {why}the lowest group-mean {gate.gate_metric} that reaches the "
-            f"loss is {lowest:.3f} > mopd.tau_kl={gate.tau_kl}, so the KL term is off for every trained sample. "
+            f"the reward gate masks every group: {why}the lowest group-mean {mopd_config.gate_metric} that reaches the "
+            f"loss is {lowest:.3f} > mopd.tau_kl={mopd_config.tau_kl}, so the KL term is off for every trained sample. "
             "Raise tau_kl, gate on another metric, or keep the all-failure groups for the KL term."
         )
-    if gate.tau_kl >= max(levels):
+    if mopd_config.tau_kl >= max(levels):
         warnings.append(
-            f"mopd.tau_kl={gate.tau_kl} >= the highest {gate.gate_metric} level {max(levels)}: the gate never "
+            f"mopd.tau_kl={mopd_config.tau_kl} >= the highest {mopd_config.gate_metric} level {max(levels)}: the gate never "
             "masks anything (set mopd.enable=false to say so)"
         )
 
 
-def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
+def run_teachers(config: DictConfig, mopd_config: MOPDConfig) -> dict[str, Any]:
     """``{routing value: teacher}`` of every teacher the run has, wherever it is declared: the
     worker teachers of ``mopd.teachers`` (``TeacherConfig``), or verl's own teacher loop
     (``distillation.teacher_models``, ``verl_mopd.teachers.verl_loop.LoopTeacher``)."""
     from verl_mopd.teachers.verl_loop import loop_teachers
 
-    if mopd.teachers:
-        return dict(mopd.teachers)
+    if mopd_config.teachers:
+        return dict(mopd_config.teachers)
     block = section(config, "distillation")
     distillation = None
     if block is not None:
@@ -220,20 +221,20 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
     return loop_teachers(distillation, trust_remote_code=trust)
 
 
-def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str],
+def _check_teachers(config: DictConfig, mopd_config: MOPDConfig, problems: list[str], warnings: list[str],
                     head: bool = False) -> None:
     from verl_mopd.teachers.config import validate_platforms, validate_temperature
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
-    if mopd.teachers and bool(section(config, "distillation.enabled")):
+    if mopd_config.teachers and bool(section(config, "distillation.enabled")):
         problems.append(
-            f"mopd.teachers {mopd.platforms} run as worker groups, and distillation.enabled=true starts verl's "
+            f"mopd.teachers {mopd_config.platforms} run as worker groups, and distillation.enabled=true starts verl's "
             "teacher loop too: one teacher system per run. Keep mopd.teachers (hf/megatron) with "
             "distillation.enabled=false, or declare the teachers only in distillation.teacher_models"
         )
         return
-    teachers = run_teachers(config, mopd)  # mopd.teachers, else verl's loop
-    loop = {} if mopd.teachers else teachers
+    teachers = run_teachers(config, mopd_config)  # mopd.teachers, else verl's loop
+    loop = {} if mopd_config.teachers else teachers
     if not teachers:
         problems.append(
             "no teacher: mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
@@ -244,19 +245,19 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
     problems.extend(validate_temperature(section(config, "actor_rollout_ref.rollout.temperature")))
     if loop and list(loop) != [ROUTES_EVERY_SAMPLE]:
         key = section(config, "distillation.teacher_key")
-        if key != mopd.routing_key:
+        if key != mopd_config.routing_key:
             problems.append(
-                f"distillation.teacher_key={key!r} but mopd.routing_key={mopd.routing_key!r}: verl's teacher loop "
+                f"distillation.teacher_key={key!r} but mopd.routing_key={mopd_config.routing_key!r}: verl's teacher loop "
                 "routes by one column and the gate, the metrics and the quotas by the other; set "
                 "distillation.teacher_key: ${mopd.routing_key}"
             )
     if list(teachers) != [ROUTES_EVERY_SAMPLE]:  # verl's single teacher scores every sample
         for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
-            platforms = _data_platforms(section(config, key), mopd.routing_key, key, problems)
+            platforms = _data_platforms(section(config, key), mopd_config.routing_key, key, problems)
             if platforms is not None:
-                problems.extend(validate_platforms(platforms, teachers, split_name, mopd.routing_key))
+                problems.extend(validate_platforms(platforms, teachers, split_name, mopd_config.routing_key))
     actor_gpus = int(section(config, "trainer.n_gpus_per_node")) * int(section(config, "trainer.nnodes"))
-    for platform, t in mopd.teachers.items():
+    for platform, t in mopd_config.teachers.items():
         if t.placement == "colocated" and t.world_size > actor_gpus:
             problems.append(
                 f"mopd.teachers.{platform}: colocated with the actor but needs {t.world_size} devices "
@@ -277,7 +278,7 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
             )
     for t in teachers.values():
         _check_path(t.model_path_key, t.model_path, problems, warnings, head)
-    _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd.teachers))
+    _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd_config.teachers))
 
 
 def _longest_sequence(config: DictConfig) -> int | None:
@@ -346,7 +347,7 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
 QUOTA_SAMPLERS = {"sync": "QuotaReplayBuffer", "async": "QuotaReplayBufferAsync"}
 
 
-def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[str]) -> None:
+def _check_sampler(config: DictConfig, mopd_config: MOPDConfig | None, problems: list[str]) -> None:
     """Our quota sampler: its kwargs (BatchingConfig), its domains against the teachers, and what it
     cannot serve (docs/batching.md, "Differences from verl's samplers")."""
     sampler = section(config, "trainer.v1.sampler")
@@ -362,11 +363,11 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
     except (ValueError, TypeError) as exc:
         problems.extend(f"trainer.v1.sampler.sampler_kwargs: {e}" for e in _sentences(exc))
         return
-    if mopd is not None and batching.domain_key != mopd.routing_key:
+    if mopd_config is not None and batching.domain_key != mopd_config.routing_key:
         written = "domain_key" in kwargs
         problems.append(
             f"trainer.v1.sampler.sampler_kwargs.domain_key={batching.domain_key!r}"
-            f"{'' if written else ' (its default)'} but mopd.routing_key={mopd.routing_key!r}: the quotas would count "
+            f"{'' if written else ' (its default)'} but mopd.routing_key={mopd_config.routing_key!r}: the quotas would count "
             "one column while the teachers, the gate and the metrics read the other; set "
             "domain_key: ${mopd.routing_key}"
         )
@@ -405,11 +406,11 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
             )
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
-    teachers = set(run_teachers(config, mopd)) - {ROUTES_EVERY_SAMPLE} if mopd is not None else set()
+    teachers = set(run_teachers(config, mopd_config)) - {ROUTES_EVERY_SAMPLE} if mopd_config is not None else set()
     if teachers and set(batching.quota.shares) != teachers:
         problems.append(
             f"trainer.v1.sampler.sampler_kwargs.quota.shares has domains {sorted(batching.quota.shares)} but "
-            f"the teachers serve {sorted(teachers)}: give every {mopd.routing_key} value a share"
+            f"the teachers serve {sorted(teachers)}: give every {mopd_config.routing_key} value a share"
         )
 
 
@@ -450,10 +451,10 @@ def _finite(config: DictConfig, key: str) -> Any:
 
 def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
     """Values that pass the dataclasses but make the run NaN or stall on the cluster."""
-    for key in ("mopd.tau_kl", "distillation.distillation_loss.distillation_loss_coef"):
-        bad = _finite(config, key)
-        if bad is not None:
-            problems.append(f"{key}={bad}: must be a finite number")
+    key = "distillation.distillation_loss.distillation_loss_coef"  # mopd.tau_kl's is MOPDConfig's own check
+    bad = _finite(config, key)
+    if bad is not None:
+        problems.append(f"{key}={bad}: must be a finite number")
     if section(config, "distillation.distillation_loss.loss_mode") == "mopd_k3":
         above = section(config, "distillation.distillation_loss.k3_linear_above")
         if isinstance(above, int | float) and math.isinf(above):
@@ -498,11 +499,11 @@ def validate(config: DictConfig, *, head: bool = False) -> tuple[list[str], list
             except (AssertionError, ValueError, TypeError) as exc:
                 problems.append(f"verl validate_config: {exc}")
 
-    mopd = _check_mopd(config, problems, warnings)
-    if mopd is not None:
-        _check_teachers(config, mopd, problems, warnings, head)
+    mopd_config = _check_mopd(config, problems, warnings)
+    if mopd_config is not None:
+        _check_teachers(config, mopd_config, problems, warnings, head)
         _check_placement_and_mode(config, problems)
-    _check_sampler(config, mopd, problems)
+    _check_sampler(config, mopd_config, problems)
     _check_run_numbers(config, problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):

@@ -97,13 +97,3 @@ def expand_images(prompt: Iterable[Mapping[str, Any]], images: list[Any] | None)
     if used != len(images):
         raise ValueError(f"{len(images)} images but {used} <image> placeholders in the prompt")
     return out
-
-
-def image_size(data: bytes) -> tuple[int, int]:
-    """``(width, height)`` of encoded image bytes (PIL)."""
-    import io
-
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        return im.size
