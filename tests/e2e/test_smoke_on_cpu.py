@@ -57,7 +57,7 @@ def _passed(out, result, resumed=True) -> dict:
     names = " | ".join(c["check"] for c in checks)
     for wanted in ("teacher log-probs = direct forward", "student log-probs at step 1", "actor K3 sum",
                    "gate fraction", "gate = recomputed from the scores", "loss = pg_loss + beta", "grad norm",
-                   "rewards vary", "both platforms", "rollout weights = actor weights",
+                   "rewards vary", "both platforms", "rollout weights = the actor's own weights",
                    "resume" if resumed else "steps 1-3 in one process"):
         assert wanted in names
     return record
@@ -152,6 +152,13 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     row["student"] += 0.5
     torch.save(step, dump)
     assert _failed(copy, "step 2: actor K3 sum")
+    row["student"] -= 0.5
+
+    # the rollout's probability of one token it sampled 0.1 off the actor's (a rollout the last sync missed)
+    probs = row["student"].double().exp()
+    row["rollout"] = (probs + torch.where(probs < 0.5, 0.1, -0.1)).log().float()
+    torch.save(step, dump)
+    assert _failed(copy, "step 2: rollout's probabilities")
     dump.write_bytes(original)
 
     # the actor's step-1 log-probs of one sample 1e-4 nats off transformers' forward of the student
@@ -166,7 +173,7 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
     # the TP 2 train step's gradient norm 1e-4 (relative) off TP 1's
     tp2 = copy / "tp_check" / "tp2.json"
     result = json.loads(tp2.read_text())
-    result["grad_norm"] *= 1 + 1e-4
+    result["engine"]["thd"]["grad_norm"] *= 1 + 1e-4
     tp2.write_text(json.dumps(result))
     assert _failed(copy, "train step at TP 2")
 
@@ -186,13 +193,58 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
                                      for i, line in enumerate(lines)) + "\n")
         assert _failed(copy, "step 1: distillation loss")
 
+    # a zero or a NaN grad norm; each per-platform metric off by 1e-5 relative, or two platforms' swapped; the
+    # actor's count of KL-on tokens one off
+    def tampered_metrics(change) -> None:
+        data = dict(lines[0]["data"])
+        change(data)
+        metrics.write_text("\n".join(json.dumps({**line, "data": data} if i == 0 else line)
+                                     for i, line in enumerate(lines)) + "\n")
+
+    for norm in (0.0, float("nan")):
+        tampered_metrics(lambda d, norm=norm: d.update({"actor/grad_norm": norm}))
+        assert _failed(copy, "step 1: grad norm")
+    for key in ("mopd/kl_mask_on_fraction/desktop", "mopd/reward_mean/mobile", "mopd/response_length/desktop",
+                "mopd_teacher/mobile/samples"):
+        tampered_metrics(lambda d, key=key: d.update({key: d[key] * (1 + 1e-5) + 1e-5}))
+        assert _failed(copy, "step 1: both platforms"), key
+    def swap(d):
+        d.update({k.replace("desktop", "@").replace("mobile", "desktop").replace("@", "mobile"): v
+                  for k, v in d.items() if "desktop" in k or "mobile" in k})
+
+    swapped = dict(lines[0]["data"])
+    swap(swapped)
+    if swapped != lines[0]["data"]:  # (two platforms with equal metrics would swap into themselves)
+        tampered_metrics(swap)
+        assert _failed(copy, "step 1: both platforms")
+    tampered_metrics(lambda d: d.update({"actor/mopd/kl_on_tokens": d["actor/mopd/kl_on_tokens"] + 1}))
+    assert _failed(copy, "step 1: actor K3 sum")
+    metrics.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert not _failed(copy, "step 1:")
+
+    # every rollout of a step rewarded alike (no group with mixed rewards: the PG term would be zero)
+    step = torch.load(dump, weights_only=False)
+    for r in step["rows"]:
+        r["score"] = 1.0
+    torch.save(step, dump)
+    assert _failed(copy, "step 2: rewards vary")
+    dump.write_bytes(original)
+
     # one tensor of the rollout not updated by a sync
     sync = copy / "stage2" / "rollout_sync.jsonl"
-    records = [json.loads(line) for line in sync.read_text().splitlines()]
+    saved_syncs = sync.read_text()
+    records = [json.loads(line) for line in saved_syncs.splitlines()]
     name = next(iter(records[-1]["held"]))
     records[-1]["held"][name] = "0" * 64
     sync.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     assert _failed(copy, "rollout weights")
+
+    # stale weights sent intact: after the last step the rollout holds (and was sent) the step before's
+    records = [json.loads(line) for line in saved_syncs.splitlines()]
+    records[-1]["held_stats"] = records[-2]["held_stats"]
+    sync.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert _failed(copy, "rollout weights")
+    sync.write_text(saved_syncs)
 
     # the resumed process starting from another sampler state, or with other held prompts
     states = copy / "stage2" / "dumps" / "batching_state.jsonl"
@@ -202,3 +254,19 @@ def test_the_checks_fail_on_runs_tampered_with(run, tmp_path):
         tamper(next(r for r in records if r["step"] == 3 and r["when"] == "begin"))
         states.write_text("\n".join(json.dumps(r) for r in records) + "\n")
         assert _failed(copy, "resume")
+    states.write_text(saved)
+    assert not _failed(copy, "resume")
+
+    # the sampler state on disk not the one the step ended with (the check reads only that file of the
+    # checkpoint: the copy's checkpoint folder holds just it)
+    from verl_mopd.batching.sampler import STATE_FILE
+
+    (saved_state,) = (out / "stage2" / "ckpt").glob(f"*/*/global_step_{smoke.RESUME_STEP}/{STATE_FILE}")
+    ckpt = copy / "stage2" / "ckpt"
+    ckpt.unlink()
+    state_file = ckpt / saved_state.relative_to(out / "stage2" / "ckpt")
+    state_file.parent.mkdir(parents=True)
+    state_file.write_text(saved_state.read_text())
+    assert not _failed(copy, "resume")
+    state_file.write_text(json.dumps({"state": {"scheduler": "another"}}))
+    assert _failed(copy, "resume")

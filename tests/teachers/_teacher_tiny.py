@@ -72,10 +72,17 @@ def save_tiny_vl(path, seed: int) -> str:
     return str(path)
 
 
-def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, response_len: int) -> dict:
+def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, response_len: int,
+              responses: list[torch.Tensor] | None = None) -> dict | list[dict]:
     """One trajectory as verl's v1 agent loop stores it (``agent_loop_tq._agent_loop_postprocess``):
     ``prompts``, ``responses``, ``input_ids``, ``response_mask`` = ``loss_mask``, ``position_ids``
-    ``(4, L)`` (text row + the model's ``get_rope_index`` mrope rows) and ``multi_modal_inputs``."""
+    ``(4, L)`` (text row + the model's ``get_rope_index`` mrope rows) and ``multi_modal_inputs``.
+
+    ``responses``: the rollouts of one prompt (a GRPO group): a list of samples, one per response,
+    with the same prompt and equal, separately stored copies of its ``multi_modal_inputs``."""
+    if responses is not None:
+        one = vl_sample(model, rng, image_hw=image_hw, prompt_len=prompt_len, response_len=1)
+        return [_with_response(model, one, r) for r in responses]
     mm, image_tokens = {}, []
     if image_hw is not None:
         h, w = image_hw
@@ -86,6 +93,12 @@ def vl_sample(model, rng, *, image_hw: tuple[int, int] | None, prompt_len: int, 
     text = rng.integers(1, VL_VOCAB - 8, size=prompt_len).tolist()
     prompts = torch.tensor(text[:2] + image_tokens + text[2:])
     responses = torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=response_len))
+    return _with_response(model, {"prompts": prompts, "multi_modal_inputs": mm}, responses)
+
+
+def _with_response(model, sample: dict, responses: torch.Tensor) -> dict:
+    prompts, mm = sample["prompts"], {k: v.clone() for k, v in sample["multi_modal_inputs"].items()}
+    response_len = len(responses)
     input_ids = torch.cat([prompts, responses])
     mrope, _ = model.model.get_rope_index(input_ids[None], mm_token_type_ids=(input_ids == IMAGE).int()[None],
                                           image_grid_thw=mm.get("image_grid_thw"))
@@ -106,3 +119,51 @@ def direct_vl_logprobs(model, sample: dict) -> torch.Tensor:
     logits = model(input_ids=ids, **kwargs).logits[0].double()
     lp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
     return lp[len(ids[0]) - 1 - len(sample["responses"]) :]
+
+
+def store_groups(tq, model, *, groups: int, rollouts: int, seed: int, image_hw=(16, 12), shuffle=True,
+                 platform_of=lambda g: "desktop"):
+    """``groups`` prompts x ``rollouts`` responses, stored as verl's agent loop stores them (keys
+    ``{uid}_{session}_0``, one copy of the screenshot per rollout), in a shuffled order (verl's
+    ``_balance_batch`` reorders the step); the gate on for every row."""
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rng = np.random.default_rng(seed)
+    samples, keys = [], []
+    for g in range(groups):
+        responses = [torch.as_tensor(rng.integers(1, VL_VOCAB - 8, size=int(rng.integers(2, 7))))
+                     for _ in range(rollouts)]
+        for s, sample in enumerate(vl_sample(model, rng, image_hw=image_hw, prompt_len=5, response_len=0,
+                                             responses=responses)):
+            sample.update(platform=platform_of(g))
+            samples.append(sample)
+            keys.append(f"uid-{seed}-{g}_{s}_0")
+    order = rng.permutation(len(keys)) if shuffle else np.arange(len(keys))
+    samples, keys = [samples[i] for i in order], [keys[i] for i in order]
+    tags = [{"status": "success", "prompt_len": len(s["prompts"]), "response_len": len(s["responses"])}
+            for s in samples]
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=list_of_dict_to_tensordict(samples), tags=tags)
+    tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict({
+        "old_log_probs": torch.nested.as_nested_tensor([-torch.rand(len(s["responses"])) for s in samples],
+                                                       layout=torch.jagged),
+        "mopd_kl_mask": torch.ones(len(keys))}, batch_size=[len(keys)]))
+    return KVBatchMeta(keys=keys, tags=tags, partition_id="train"), samples
+
+
+def colocated_vl_teachers(root, micro_batch_tokens: int):
+    """Two colocated tiny Qwen3-VL ``hf`` CPU teachers (desktop, mobile) saved under ``root``, and the
+    memory plan of them (sizes from their ``config.json``, actor offloaded, SGLang at 0.6):
+    ``(MOPDConfig, {platform: path}, TeacherPlan)``."""
+    from verl_mopd.config import MOPDConfig
+    from verl_mopd.teachers.placement import checkpoint_params, plan_teachers
+
+    paths = {p: save_tiny_vl(root / p, seed=s) for p, s in (("desktop", 11), ("mobile", 22))}
+    cfg = MOPDConfig.from_mapping({"teachers": {p: {
+        "model_path": path, "backend": "hf", "device": "cpu", "dtype": "float32", "placement": "colocated",
+        "micro_batch_tokens": micro_batch_tokens} for p, path in paths.items()}})
+    plan = plan_teachers(cfg.teachers, {p: checkpoint_params(c.model_path) for p, c in cfg.teachers.items()},
+                         rollout_fraction=0.6, actor_offloaded=True)
+    return cfg, paths, plan
+

@@ -16,15 +16,21 @@ import sys
 import pytest
 import ray
 import torch
-from _teacher_tiny import direct_vl_logprobs, save_tiny_vl
+from _teacher_tiny import direct_vl_logprobs, save_tiny_vl, store_groups
+from tensordict import TensorDict
 from test_score_teachers_tq_on_cpu import _store_step
 from transformers import AutoModelForImageTextToText
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 
-from verl_mopd.teachers.backends.hf import load_teacher_model, rows_from_batch, score_rows
 from verl_mopd.config import MOPDConfig
-from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode, tensordict_nbytes
+from verl_mopd.teachers.backends.hf import load_teacher_model, rows_from_batch, score_rows
+from verl_mopd.teachers.fetch import (
+    SHARED_FIELD,
+    FetchOnceWorker,
+    fetch_once_dispatch_mode,
+    tensordict_nbytes,
+)
 from verl_mopd.teachers.group import PlatformTeacherGroup
 from verl_mopd.teachers.layout import MEGATRON_TEACHER_FIELDS, TEACHER_FIELDS, TEACHER_MESH, teacher_output
 
@@ -123,7 +129,7 @@ def _score(ray_tq, cfg, wg, model, seed):
     before = [dict(s) for s in wg.fetch_stats()]
     PlatformTeacherGroup(cfg, {"desktop": wg}).score_transfer_queue(batch, ray_tq)
     after = wg.fetch_stats()
-    reads = [{k: a[k] - b[k] for k in a} for a, b in zip(after, before, strict=True)]
+    reads = [{k: a[k] - b[k] for k in a if k != "fields"} for a, b in zip(after, before, strict=True)]
     stored = ray_tq.kv_batch_get(keys=batch.keys, partition_id="train",
                                  select_fields=["teacher_logprobs", "prompts", "responses"])
     teacher = no_padding_2_padding(stored["teacher_logprobs"], stored).squeeze(-1)
@@ -148,6 +154,29 @@ def test_one_fetch_per_data_parallel_group_and_the_same_scores(ray_tq, tp_teache
     assert bytes_every == TP * bytes_once
     print(f"\nTransferQueue bytes read per step, TP={TP} DP={DP}: every rank fetches {bytes_every}, "
           f"once per DP group {bytes_once} ({bytes_every / bytes_once:.1f}x less)")
+
+
+def test_a_groups_screenshot_is_read_once_and_broadcast_to_the_tp_ranks(ray_tq, tp_teacher):
+    """S3-3 on the Megatron teacher's path: the fetching rank reads one screenshot per GRPO group
+    (``SHARE_GROUP_INPUTS``), expands it, and broadcasts the shard; every TP rank scores the same rows."""
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    cfg, path, model = tp_teacher
+    batch, samples = store_groups(ray_tq, model, groups=2, rollouts=4, seed=13)
+    with _group(TPShapedTeacher, path) as wg:
+        before = [dict(s["fields"]) for s in wg.fetch_stats()]
+        PlatformTeacherGroup(cfg, {"desktop": wg}).score_transfer_queue(batch, ray_tq)
+        after = [s["fields"] for s in wg.fetch_stats()]
+    stored = ray_tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                                 select_fields=["teacher_logprobs", "prompts", "responses"])
+    teacher = no_padding_2_padding(stored["teacher_logprobs"], stored).squeeze(-1)
+    for i, s in enumerate(samples):
+        torch.testing.assert_close(teacher[i, : len(s["responses"])].double(), direct_vl_logprobs(model, s),
+                                   atol=1e-5, rtol=0)
+    image = tensordict_nbytes(TensorDict({SHARED_FIELD: [samples[0][SHARED_FIELD]]}, batch_size=[1]))
+    read = [a.get(SHARED_FIELD, 0) - b.get(SHARED_FIELD, 0) for a, b in zip(after, before, strict=True)]
+    assert read == [image, 0] * DP  # DP 2 shards of 4 rows: one group each, read by TP rank 0 only
+    ray_tq.kv_clear(keys=batch.keys, partition_id="train")
 
 
 def test_the_megatron_teacher_reads_only_what_verls_engine_uses(ray_tq, tp_teacher):

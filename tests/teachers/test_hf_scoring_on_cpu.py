@@ -71,9 +71,14 @@ def worker_env(monkeypatch):
         monkeypatch.setenv(key, value)
 
 
-@pytest.mark.parametrize("placement", ["colocated", "dedicated"])
-def test_colocated_gpu_teacher_is_parked_on_the_cpu_between_calls(tmp_path, monkeypatch, worker_env, placement):
-    """A colocated ``hf`` teacher on CUDA loads to the CPU and visits the GPU only inside a call."""
+@pytest.mark.parametrize("placement, weights, policy", [
+    ("colocated", "auto", "pinned"), ("colocated", "pageable", "pageable"), ("colocated", "resident", "resident"),
+    ("dedicated", "auto", "resident")])
+def test_a_colocated_gpu_teacher_keeps_its_weights_by_policy_between_calls(tmp_path, monkeypatch, worker_env,
+                                                                          placement, weights, policy):
+    """A colocated ``hf`` teacher on CUDA loads to the GPU, parks its weights by its ``weights`` policy
+    (``auto`` without a plan: ``pinned``) and moves them back only inside a call, even one that fails.
+    The copies themselves are counted in tests/teachers/test_placement_on_cpu.py."""
     from verl_mopd.teachers.backends import hf
     from verl_mopd.teachers.config import TeacherConfig
 
@@ -87,16 +92,18 @@ def test_colocated_gpu_teacher_is_parked_on_the_cpu_between_calls(tmp_path, monk
 
     monkeypatch.setattr(hf, "load_teacher_model", load)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(hf.HostWeights, "load", lambda self: moves.append(f"load {self.policy}"))
+    monkeypatch.setattr(hf.HostWeights, "offload", lambda self: moves.append(f"offload {self.policy}"))
     worker = hf.HFTeacherWorker(TeacherConfig(model_path=save_tiny_lm(tmp_path / "t", seed=0), backend="hf",
-                                              device="cuda", placement=placement, platform="desktop"))
+                                              device="cuda", placement=placement, platform="desktop", weights=weights))
     worker.init_model()
-    assert worker.offload == (placement == "colocated")
-    assert moves == (["cpu"] if placement == "colocated" else ["cuda"])
+    assert worker.offload == (placement == "colocated") and worker.weights.policy == policy
+    assert moves == ["cuda", f"offload {policy}"]
     moves.clear()
     with pytest.raises(RuntimeError, match="boom"), worker._on_device():
         moves.append("forward")
         raise RuntimeError("boom")
-    assert moves == (["cuda", "forward", "cpu"] if placement == "colocated" else ["forward"])
+    assert moves == [f"load {policy}", "forward", f"offload {policy}"]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -46,7 +46,7 @@ def test_worker_config_is_verls_ref_config_with_the_teacher_on_top(tiny):
     cfg = run_config(tiny, "actor_rollout_ref.actor.megatron.vanilla_mbridge=true",
                      "+actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity=full",
                      "actor_rollout_ref.actor.megatron.seed=7")
-    twc = training_worker_config(teacher(tiny), cfg)
+    twc = training_worker_config(teacher(tiny, weights="pageable"), cfg)
     eng = twc.engine_config
     assert isinstance(eng, McoreEngineConfig) and eng.strategy == "megatron"
     assert eng.forward_only and eng.param_offload and not eng.optimizer_offload
@@ -59,10 +59,13 @@ def test_worker_config_is_verls_ref_config_with_the_teacher_on_top(tiny):
     assert isinstance(twc.optimizer_config, OptimizerConfig)
     assert twc.model_config.path == tiny and not twc.model_config.mtp.enable
     assert not training_worker_config(teacher(tiny, placement="dedicated"), cfg).engine_config.param_offload
+    # verl's (pageable) offload only for weights=pageable: pinned is the worker's HostWeights, resident none
+    for weights in ("auto", "resident", "pinned"):
+        assert not training_worker_config(teacher(tiny, weights=weights), cfg).engine_config.param_offload
     # the Ray actor gets plain blocks and converts them itself, as verl's worker converts its ref block
     from verl_mopd.teachers.backends.megatron import megatron_teacher_class, worker_config_from_blocks
 
-    init = megatron_teacher_class(teacher(tiny), cfg)
+    init = megatron_teacher_class(teacher(tiny, weights="pageable"), cfg)
     assert all(isinstance(init.kwargs[k], dict) for k in ("teacher", "ref", "model"))
     again = worker_config_from_blocks(TeacherConfig(**init.kwargs["teacher"]), init.kwargs["ref"], init.kwargs["model"])
     assert again.engine_config == eng and again.model_config.path == tiny

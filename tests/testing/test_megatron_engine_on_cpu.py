@@ -1,6 +1,8 @@
 """verl 0.9.1's Megatron engine, run for real on CPU (gloo), on a tiny Qwen3-VL with images.
 
-Each case is one ``torchrun`` of :mod:`verl_mopd.testing.megatron_check` on the CPU harness
+Three ``torchrun`` launches of :mod:`verl_mopd.testing.megatron_check` (TP 1; TP 2 with
+both batch layouts and the teacher worker beside them in one process group, as colocated engines are; TP 2
+without the corrections; each rank starts once for all its engines), on the CPU harness
 (:mod:`verl_mopd.testing.cpu.megatron`, through ``VERL_USE_EXTERNAL_MODULES``): verl's own
 ``TrainingWorker`` with Megatron-Core and Megatron-Bridge (the GPU stack's pins), the vision tower
 in Megatron. References are independent: transformers' ``Qwen3VLForConditionalGeneration`` in fp32
@@ -71,32 +73,51 @@ def relative(a: float, b: float) -> float:
 
 @pytest.fixture(scope="module")
 def tp1(model, record, tmp_path_factory):
-    return megatron_check(model, record, tmp_path_factory.mktemp("tp1"), "--tp", "1", "--train")
+    return megatron_check(model, record, tmp_path_factory.mktemp("tp1"), "--tp", "1", "--train", "--teacher")
+
+
+@pytest.fixture(scope="module")
+def tp2(model, record, tmp_path_factory):
+    return megatron_check(model, record, tmp_path_factory.mktemp("tp2"), "--tp", "2", "--train", "--format", "thd",
+                          "--format", "bshd", "--teacher", nproc=2)
 
 
 def test_tp1_log_probs_and_one_train_step_equal_transformers(tp1):
+    tp1 = tp1["engine"]["thd"]
     assert tp1["engine"] == "CPUMegatronEngineWithLMHead" and tp1["dtype"] == "float32"
     assert tp1["logprob_max_err"] <= 1e-5, tp1  # every position of every sample, images included
     assert tp1["control_err"] > 1e-2, tp1  # the pixels reach the log-probs
     assert relative(tp1["loss"], tp1["reference_loss"]) <= 1e-5, tp1
     assert relative(tp1["grad_norm"], tp1["reference_grad_norm"]) <= 1e-5, tp1
+    assert_weight_stats_checks(tp1)
+
+
+def assert_weight_stats_checks(result):
+    """The smoke's weight check (``hooks.combine_weight_stats`` of the engine's own shards) on Megatron's layout:
+    the loaded engine = its checkpoint in transformers; after the step = verl's export for the rollout; the
+    weights before the step (what a stale sync would leave) != that export."""
+    assert result["weights_vs_checkpoint"][0], result["weights_vs_checkpoint"]
+    assert result["trained_weights_vs_export"][0], result["trained_weights_vs_export"]
+    assert not result["initial_weights_vs_export"][0], result["initial_weights_vs_export"]
 
 
 @pytest.mark.parametrize("layout", ["thd", "bshd"])
-def test_tp2_with_sequence_parallel_trains_like_tp1(model, record, tmp_path, tp1, layout):
-    tp2 = megatron_check(model, record, tmp_path, "--tp", "2", "--train", "--format", layout, nproc=2)
-    assert tp2["sequence_parallel"] and tp2["tp"] == 2
+def test_tp2_with_sequence_parallel_trains_like_tp1(tp1, tp2, layout):
+    tp1, tp2 = tp1["engine"]["thd"], tp2["engine"][layout]
+    assert tp2["sequence_parallel"] and tp2["tp"] == 2 and tp2["format"] == layout
     assert tp2["response_logprob_max_err"] <= 1e-5, tp2
     assert relative(tp2["loss"], tp1["loss"]) <= 1e-5, (tp1, tp2)
     assert relative(tp2["grad_norm"], tp1["grad_norm"]) <= 1e-5, (tp1, tp2)
     assert tp2["replicated_grad_spread"]["over_1e-6"] == [], tp2
+    assert_weight_stats_checks(tp2)  # TP-split parameters summed over the ranks, replicated ones once
 
 
 def test_without_the_corrections_megatron_bridge_gets_qwen3_vl_wrong(model, record, tmp_path, tp1):
     """The findings, on CPU, without ``verl_mopd.upstream_fixes``: Megatron-Bridge 0.6.2's deepstack split
     gives each TP rank a partial gradient of the replicated vision parameters (the ranks disagree, the
     gradient norm is off), and its patch mergers' tanh GELU moves the log-probs of samples with images."""
-    broken = megatron_check(model, record, tmp_path, "--tp", "2", "--train", nproc=2, fixes=False)
+    tp1 = tp1["engine"]["thd"]
+    broken = megatron_check(model, record, tmp_path, "--tp", "2", "--train", nproc=2, fixes=False)["engine"]["thd"]
     assert broken["sequence_parallel"]
     assert broken["logprob_max_err"] > 5e-6 and tp1["logprob_max_err"] < 1e-6, (tp1, broken)  # tanh GELU
     text_only = broken["logprob_err_per_sample"][1]  # the one sample without an image: no merger, no error
@@ -108,15 +129,15 @@ def test_without_the_corrections_megatron_bridge_gets_qwen3_vl_wrong(model, reco
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_megatron_teacher_worker_log_probs_equal_transformers(model, record, tmp_path, tp):
-    teacher = megatron_check(model, record, tmp_path, "--tp", str(tp), "--teacher", nproc=tp)
-    assert teacher["engine"] == "CPUMegatronEngineWithLMHead"
+def test_megatron_teacher_worker_log_probs_equal_transformers(tp1, tp2, tp):
+    teacher = (tp1 if tp == 1 else tp2)["teacher"]
+    assert teacher["tp"] == tp and teacher["engine"] == "CPUMegatronEngineWithLMHead"
     assert teacher["param_offload"] and teacher["use_fused_kernels"]  # colocated, the stage-2 layout's kernels
     assert teacher["response_logprob_max_err"] <= 1e-5, teacher
     assert teacher["teacher_tokens"] == teacher["response_tokens"] > 0
 
 
-def test_every_redirected_cuda_call_is_a_listed_site(record, tp1):
+def test_every_redirected_cuda_call_is_a_listed_site(record, tp1, tp2):
     seen = {}
     for path in record.glob("sites.*"):
         for site, count in json.loads(path.read_text()).items():

@@ -52,7 +52,8 @@ def test_the_patch_list_covers_every_library_the_harness_touches():
 
 def test_the_harness_installs_each_patch_when_its_module_is_first_imported(tmp_path):
     """``import verl`` with the harness imports neither verl's engines nor megatron (a Ray worker that builds no
-    model pays for neither); the first import of verl's engines installs every Megatron patch and registration."""
+    model pays for neither); the first import of verl's engines installs the registrations and megatron-core's
+    patches but not Megatron-Bridge, whose first import (as verl's model builder does it) installs the rest."""
     from verl_mopd.testing.cpu import environment
 
     script = """
@@ -61,11 +62,15 @@ import verl
 before = sorted(m for m in ("verl.workers.engine", "megatron.core", "megatron.bridge") if m in sys.modules)
 import verl.workers.engine
 import verl.models.mcore.model_forward_fused as fused
+after_engines = sorted(m for m in ("megatron.core", "megatron.bridge") if m in sys.modules)
+from verl.models.mcore.bridge import AutoBridge  # what verl's Megatron engine imports to build a model
 from megatron.bridge.models import gpt_provider
 from verl.workers.config.engine import McoreEngineConfig
 from verl.workers.engine.base import EngineRegistry
 import verl_mopd.testing.cpu.megatron as harness
 print("before", before)
+print("after_engines", after_engines)
+print("te", sorted(m for m in sys.modules if m.startswith("transformer_engine")))
 print("engines", sorted(b for b, devices in EngineRegistry._engines["language_model"].items() if "cpu" in devices))
 print("patched", gpt_provider.transformer_engine_layer_spec is harness.cpu_gpt_layer_spec,
       fused.linear_cross_entropy is harness.torch_linear_cross_entropy,
@@ -76,6 +81,8 @@ print("patched", gpt_provider.transformer_engine_layer_spec is harness.cpu_gpt_l
     assert done.returncode == 0, done.stderr[-4000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     assert lines["before"] == "[]"
+    assert lines["after_engines"] == "['megatron.core']"
+    assert lines["te"] == "[]"  # the stand-in is gone once Megatron-Bridge is in
     assert lines["engines"] == "['fsdp', 'fsdp2', 'megatron']"
     assert lines["patched"] == "True True True True"
 

@@ -13,6 +13,7 @@ import torch
 
 from verl_mopd.batching.sampler import STATE_FILE  # imports verl: once, at collection, not in a test
 from verl_mopd.testing import smoke
+from verl_mopd.trainer import hooks
 
 
 def _k3(d: float) -> float:
@@ -168,27 +169,53 @@ def test_check_pg_needs_a_mixed_group_and_a_non_zero_advantage():
 # ------------------------------------------------------------------------------ platform metrics
 
 
+def _platform_rows():
+    """desktop: 4 samples, 2 with KL on, rewards 1, 1, -0.5, -0.5, lengths 10, 10, 6, 6 (one with the KL mask
+    of `kept` normalization, 1.6); mobile: 5 samples, 3 on, rewards -1, -1, -1, -0.5, -0.25, lengths 4 each."""
+    def row(platform, gate, score, length):
+        return {"platform": platform, "gate": gate, "score": score, "response_mask": torch.ones(length)}
+
+    return ([row("desktop", g, s, n) for g, s, n in ((1.6, 1.0, 10), (1.0, 1.0, 10), (0.0, -0.5, 6), (0.0, -0.5, 6))]
+            + [row("mobile", g, s, 4) for g, s in ((1.0, -1.0), (1.0, -1.0), (1.0, -1.0), (0.0, -0.5), (0.0, -0.25))])
+
+
 def _platform_metrics():
-    m = {}
-    for i, p in enumerate(smoke.PLATFORMS):
-        m[f"mopd/kl_mask_on_fraction/{p}"] = 0.5 + i / 4
-        m[f"mopd/reward_mean/{p}"] = 0.25 - i
-        m[f"mopd/response_length/{p}"] = 10.0
-        m[f"mopd_teacher/{p}/samples"] = 4.0 + i
-    return m
+    return {"mopd/kl_mask_on_fraction/desktop": 0.5, "mopd/reward_mean/desktop": 0.25,
+            "mopd/response_length/desktop": 8.0, "mopd_teacher/desktop/samples": 4.0,
+            "mopd/kl_mask_on_fraction/mobile": 0.6, "mopd/reward_mean/mobile": -0.75,
+            "mopd/response_length/mobile": 4.0, "mopd_teacher/mobile/samples": 5.0}
 
 
-def test_check_platform_metrics_needs_every_key_of_both_platforms():
-    m = _platform_metrics()
-    ok, detail = smoke._check_platform_metrics(m)
+def test_check_platform_metrics_recomputes_every_value_of_both_platforms():
+    m, rows = _platform_metrics(), _platform_rows()
+    ok, detail = smoke._check_platform_metrics(m, rows)
     assert ok, detail
-    assert detail == ("desktop: reward +0.25, KL on 0.50, teacher samples 4; "
-                      "mobile: reward -0.75, KL on 0.75, teacher samples 5")
+    assert detail == ("desktop: reward +0.25, KL on 0.50, length 8.0, teacher samples 4; "
+                      "mobile: reward -0.75, KL on 0.60, length 4.0, teacher samples 5; all = recomputed")
     for key in m:
-        ok, detail = smoke._check_platform_metrics({k: v for k, v in m.items() if k != key})
+        ok, detail = smoke._check_platform_metrics({k: v for k, v in m.items() if k != key}, rows)
         assert not ok and detail == f"missing {key}"
-    ok, detail = smoke._check_platform_metrics({k: v for k, v in m.items() if "reward_mean" not in k})
+        # each value off by 1e-5 relative (float32 rounding is 6e-8)
+        ok, detail = smoke._check_platform_metrics({**m, key: m[key] * (1 + 1e-5)}, rows)
+        assert not ok and f"; differ: {key} " in detail, key
+    ok, detail = smoke._check_platform_metrics({k: v for k, v in m.items() if "reward_mean" not in k}, rows)
     assert not ok and detail == "missing mopd/reward_mean/desktop, mopd/reward_mean/mobile"
+    # the keys are there, but the metrics are another platform's (swapped)
+    swapped = {k.replace("desktop", "@").replace("mobile", "desktop").replace("@", "mobile"): v for k, v in m.items()}
+    assert not smoke._check_platform_metrics(swapped, rows)[0]
+
+
+def test_check_platform_metrics_needs_samples_of_both_platforms():
+    rows = [r for r in _platform_rows() if r["platform"] == "desktop"]
+    m = {**_platform_metrics(), "mopd/kl_mask_on_fraction/mobile": 0.0, "mopd/reward_mean/mobile": 0.0,
+         "mopd/response_length/mobile": 0.0, "mopd_teacher/mobile/samples": 0.0}
+    assert not smoke._check_platform_metrics(m, rows)[0]
+
+
+def test_check_grad_norm_needs_a_finite_positive_norm():
+    assert smoke._check_grad_norm({"actor/grad_norm": 0.37}) == (True, "actor/grad_norm 0.37")
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        assert not smoke._check_grad_norm({"actor/grad_norm": bad})[0], bad
 
 
 # ------------------------------------------------------------------------------- weight syncs
@@ -203,22 +230,149 @@ def _write_syncs(paths, records):
     (paths.stage2 / "rollout_sync.jsonl").write_text("".join(json.dumps(r) + "\n\n" for r in records))
 
 
-def test_check_syncs_needs_every_sync_to_match_and_one_per_step(tmp_path):
-    paths = _paths(tmp_path)
-    good = [{"global_steps": s, "sent": {"w": f"h{s}", "b": "x"}, "held": {"w": f"h{s}", "b": "x"}} for s in (1, 2, 3)]
-    _write_syncs(paths, good)
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3))
+
+
+def _stats(model) -> dict:
+    return {name: hooks.weight_stats(p) for name, p in model.named_parameters()}
+
+
+def _adam_step(model, lr=1e-6):
+    """What the first Adam step of the smoke (lr 1e-6) does to every weight: +-lr."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= lr * torch.sign(torch.randn_like(p))
+
+
+def _write_run(paths, syncs, actor_states):
+    _write_syncs(paths, syncs)
+    dumps = paths.stage2 / "dumps"
+    dumps.mkdir(parents=True, exist_ok=True)
+    (dumps / hooks.ACTOR_STATE_FILE).write_text("".join(json.dumps({"global_steps": s, "params": p}) + "\n"
+                                                        for s, p in actor_states))
+
+
+def _sync(step, held_stats, sent=None, held=None):
+    return {"global_steps": step, "replica": 0, "sent": sent or {"w": f"h{step}"}, "held": held or {"w": f"h{step}"},
+            "held_stats": held_stats}
+
+
+def _syncs_case():
+    """A run of 3 steps and a restart: syncs at init (0), after steps 1 and 2, at the restart (2 again), after 3."""
+    model, states = _model(), []
+    for step in (0, 1, 2, 2, 3):
+        if step and not (step == 2 and states and states[-1][0] == 2):
+            _adam_step(model)
+        states.append((step, _stats(model)))
+    return states
+
+
+def test_check_syncs_compares_the_rollout_with_the_actors_own_weights_at_each_sync(tmp_path):
+    paths, states = _paths(tmp_path), _syncs_case()
+    _write_run(paths, [_sync(step, stats) for step, stats in states], states)
     ok, detail = smoke._check_syncs(paths, {})
     assert ok, detail
-    assert detail == "3 syncs, each of all 2 tensors: sha256 of the actor's = the rollout's"
-    _write_syncs(paths, good[:2])  # fewer syncs than steps
+    assert detail.startswith("5 syncs: the rollout's weights = the actor engine's own parameters at that step "
+                             "(last: 6 tensors by name (0 differ)")
+
+
+def test_check_syncs_fails_on_stale_weights_sent_intact(tmp_path):
+    """The rollout holds exactly what was sent (sha256 equal), but what was sent is the step before's."""
+    paths, states = _paths(tmp_path), _syncs_case()
+    syncs = [_sync(step, stats) for step, stats in states]
+    syncs[2] = _sync(2, states[1][1])  # after step 2 the rollout still has step 1's weights
+    _write_run(paths, syncs, states)
+    ok, detail = smoke._check_syncs(paths, {})
+    assert not ok and "; differ from the actor's at global_steps [2]" in detail
+    assert "held differ from sent" not in detail
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda syncs, states: states.pop(), "; no actor state for global_steps [3]"),
+    (lambda syncs, states: syncs[1].pop("held_stats"), "; no actor state for global_steps [1]"),
+    (lambda syncs, states: syncs[3].update(held={"w": "torn"}), "; held differ from sent at global_steps [2]"),
+    (lambda syncs, states: [syncs.pop() for _ in range(3)], "2 syncs"),  # fewer syncs than steps
+])
+def test_check_syncs_fails_on_a_missing_actor_state_a_torn_transport_or_too_few_syncs(tmp_path, change, message):
+    paths, states = _paths(tmp_path), _syncs_case()
+    syncs = [_sync(step, stats) for step, stats in states]
+    change(syncs, states)
+    _write_run(paths, syncs, states)
+    ok, detail = smoke._check_syncs(paths, {})
+    assert not ok and message in detail
+
+
+def test_check_syncs_fails_without_any_sync(tmp_path):
+    paths = _paths(tmp_path)
+    _write_run(paths, [], [])
     assert not smoke._check_syncs(paths, {})[0]
-    stale = [dict(good[0]), dict(good[1], held={"w": "h1", "b": "x"}), dict(good[2])]
-    _write_syncs(paths, stale)
-    ok, detail = smoke._check_syncs(paths, {})
-    assert not ok and detail.endswith("; differ at global_steps [2]")
-    _write_syncs(paths, [])
-    ok, detail = smoke._check_syncs(paths, {})
-    assert not ok and detail.startswith("0 syncs, each of all 0 tensors")
+
+
+def test_compare_weight_stats_catches_one_adam_step_of_one_tensor_and_allows_another_order():
+    model = _model()
+    before = _stats(model)
+    with torch.no_grad():
+        model[1].weight -= 1e-6 * torch.sign(torch.randn(5))  # the norm only, 5 elements
+    ok, detail = hooks.compare_weight_stats(_stats(model), before)
+    assert not ok and "(1 differ: 1.weight)" in detail
+    # the same elements in another layout and order: equal (a transposed, a reversed copy)
+    other = {name: hooks.weight_stats(p.detach().t().flip(0) if p.dim() == 2 else p.detach().flip(0))
+             for name, p in model.named_parameters()}
+    assert hooks.compare_weight_stats(_stats(model), {f"hf.{n}": v for n, v in other.items()})[0]
+    assert not hooks.compare_weight_stats({}, {})[0]
+
+
+def test_combine_weight_stats_sums_tp_shards_and_counts_replicated_weights_once():
+    """Megatron's layout: a fused QKV split over 2 TP ranks, a norm replicated on both, a second DP replica;
+    combined, they equal transformers' separate q/k/v and norm (a layout of other names and shapes)."""
+    torch.manual_seed(1)
+    q, k, v, norm = torch.randn(4, 3), torch.randn(2, 3), torch.randn(2, 3), torch.randn(3)
+    fused = torch.cat([q, k, v])  # 8 x 3
+    hf = {"q.weight": hooks.weight_stats(q), "k.weight": hooks.weight_stats(k), "v.weight": hooks.weight_stats(v),
+          "norm.weight": hooks.weight_stats(norm)}
+
+    def rank(tp, dp, shard):
+        return {"layout": "megatron", "tp_rank": tp, "dp_rank": dp, "pp_rank": 0, "cp_rank": 0,
+                "params": {"qkv": [*hooks.weight_stats(shard), True], "norm": [*hooks.weight_stats(norm), False]}}
+
+    records = [rank(tp, dp, fused[4 * tp: 4 * tp + 4]) for dp in (0, 1) for tp in (0, 1)]
+    combined = hooks.combine_weight_stats(records)
+    assert set(combined) == {"pp0.qkv", "pp0.norm"}
+    ok, detail = hooks.compare_weight_stats(combined, hf)
+    assert ok, detail
+    for record in records:  # a replicated weight counted on every TP rank
+        record["params"]["norm"][-1] = True
+    assert not hooks.compare_weight_stats(hooks.combine_weight_stats(records), hf)[0]
+    with pytest.raises(ValueError, match="no rank"):
+        hooks.combine_weight_stats([])
+
+
+def test_engine_weight_stats_gathers_fsdp2_dtensors(tmp_path):
+    """verl's FSDP engines hold DTensors (FSDP2 ``fully_shard``): gathered whole, named as in transformers."""
+    import copy
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = _model()
+    want = _stats(model)
+    sharded = copy.deepcopy(model)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        fully_shard(sharded, mesh=init_device_mesh("cpu", (1,)))
+        assert all(type(p).__name__ == "DTensor" for p in sharded.parameters())
+
+        class Engine:  # verl's FSDP engine keeps its model as ``module``
+            module = sharded
+
+        record = hooks.engine_weight_stats(Engine())
+    finally:
+        dist.destroy_process_group()
+    assert record["layout"] == "full"
+    assert hooks.combine_weight_stats([record]) == want
 
 
 def test_check_syncs_without_a_sync_log_compares_log_probs(tmp_path):
@@ -327,9 +481,9 @@ def _profile(actor_tp=2):
 def _write_tp(paths, tp, loss, grad_norm, sp=True, over=()):
     folder = paths.root / "tp_check"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"tp{tp}.json").write_text(json.dumps({
+    (folder / f"tp{tp}.json").write_text(json.dumps({"engine": {"thd": {  # verl_mopd.testing.megatron_check's
         "loss": loss, "grad_norm": grad_norm, "sequence_parallel": sp,
-        "replicated_grad_spread": {"over_1e-6": list(over)}}))
+        "replicated_grad_spread": {"over_1e-6": list(over)}}}}))
 
 
 @pytest.mark.parametrize("loss, norm, sp, over, ok", [
@@ -415,3 +569,90 @@ def test_format_table_and_check_rows():
     ]
     assert checks[0].as_dict() == {"check": "one", "result": "PASS", "detail": "fine"}
     assert checks[1].as_dict() == {"check": "a longer name", "result": "FAIL", "detail": "broken"}
+
+
+# ------------------------------------------------------------------ teachers' and student's log-probs
+
+
+@pytest.fixture(scope="module")
+def forward_run(tmp_path_factory):
+    """A run folder with a tiny student and one tiny teacher per platform, and dumped rows whose log-probs are
+    the models' own (a batched float32 forward of a left-padded pair: how a worker scores, not the check's
+    one-sample float64 reference)."""
+    from verl_mopd.testing import tiny
+
+    root = tmp_path_factory.mktemp("forward_run")
+    texts = ["the quick brown fox jumps over the lazy dog", "click the button at the top"] * 4
+    tokenizer = tiny.build_tokenizer(texts, vocab_size=400)
+    processor = tiny.build_processor(tokenizer)
+    paths = smoke.Paths(root=root, recipes=root / "recipes")
+    folders = {"student": tiny.save_model(paths.models / "student", tokenizer, processor, "student", seed=0)}
+    for i, platform in enumerate(smoke.PLATFORMS):
+        folders[platform] = tiny.save_model(paths.teacher(platform), tokenizer, processor, "teacher", seed=1 + i)
+
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(3)
+    sequences = [torch.randint(10, 300, (n,)) for n in (12, 9)]  # prompt 6 + response 6 / 3
+    pad = max(len(s) for s in sequences)
+    ids = torch.stack([torch.cat([torch.zeros(pad - len(s), dtype=torch.long), s]) for s in sequences])
+    attention = torch.stack([torch.cat([torch.zeros(pad - len(s)), torch.ones(len(s))]) for s in sequences]).long()
+
+    def batched(folder):
+        model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=attention).logits.float()
+        lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
+        return [lp[i, pad - 1 - (len(s) - 6):] for i, s in enumerate(sequences)]
+
+    student = batched(folders["student"])
+    rows = []
+    for platform in smoke.PLATFORMS:
+        teacher = batched(folders[platform])
+        for i, seq in enumerate(sequences):
+            rows.append({"padding": False, "platform": platform, "gate": 1.0, "input_ids": seq,
+                         "teacher": teacher[i].clone(), "student": student[i].clone(),
+                         "response_mask": torch.ones(len(seq) - 6), "multi_modal_inputs": None})
+    return paths, rows
+
+
+@pytest.mark.parametrize("engine", ["megatron", "fsdp"])
+def test_check_teachers_and_student_pass_on_the_models_own_log_probs(forward_run, engine):
+    paths, rows = forward_run
+    profile = smoke.PROFILES["cpu" if engine == "megatron" else "cpu-fsdp"]
+    ok, detail = smoke._check_teachers(paths, profile, {1: rows})
+    assert ok, detail
+    assert detail.startswith("desktop (") and ": 2 samples, max err" in detail
+    ok, detail = smoke._check_student(paths, profile, {1: rows})
+    assert ok and "4 samples of step 1" in detail, detail
+
+
+def test_check_teachers_fails_on_a_tampered_log_prob_another_platforms_teacher_or_none_scored(forward_run):
+    import copy
+
+    paths, rows = forward_run
+    profile = smoke.PROFILES["cpu"]
+    tampered = copy.deepcopy(rows)
+    tampered[1]["teacher"][0] += 1e-4  # 1e-4 nats in one token of one sample
+    assert not smoke._check_teachers(paths, profile, {1: tampered})[0]
+    swapped = copy.deepcopy(rows)  # the desktop samples scored by the mobile teacher
+    for mine, other in zip(swapped[:2], rows[2:], strict=True):
+        mine["teacher"] = other["teacher"].clone()
+    assert not smoke._check_teachers(paths, profile, {1: swapped})[0]
+    off = [dict(r, gate=0.0) if r["platform"] == "mobile" else r for r in rows]  # no mobile sample scored
+    ok, detail = smoke._check_teachers(paths, profile, {1: off})
+    assert not ok and "mobile (megatron): 0 samples" in detail
+
+
+def test_check_student_fails_on_a_tampered_log_prob_a_shift_or_no_step_1(forward_run):
+    import copy
+
+    paths, rows = forward_run
+    profile = smoke.PROFILES["cpu"]
+    tampered = copy.deepcopy(rows)
+    tampered[0]["student"][-1] += 1e-4
+    assert not smoke._check_student(paths, profile, {1: tampered})[0]
+    shifted = copy.deepcopy(rows)  # the log-probs one token late (a misaligned row)
+    shifted[0]["student"] = torch.roll(shifted[0]["student"], 1)
+    assert not smoke._check_student(paths, profile, {1: shifted})[0]
+    assert not smoke._check_student(paths, profile, {2: rows})[0]  # step 1's samples are the ones checked

@@ -199,15 +199,10 @@ def test_the_per_step_batch_is_domain_aware_too(monkeypatch):
     assert {str(list(r["platform"])[0]) for r in trainer.held_prompts.rows} == {"mobile"}
 
 
-def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
-    submitted = []
-    trainer = _quota_trainer(monkeypatch, submitted)
-    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"desktop"}))
-    trainer._add_prompts_to_generate(3)
-    held = [str(list(r["uid"])[0]) for r in trainer.held_prompts.rows]
-    assert held
-
-    def verl_save(self):  # verl's part: actor, dataloader, the tracker file
+def _verl_checkpoint_part(monkeypatch, tmp_path):
+    """verl's own part of ``_save_checkpoint`` / ``_load_checkpoint`` (the actor, the dataloader) left out:
+    only its step folder and tracker file, under ``tmp_path``."""
+    def verl_save(self):
         os.makedirs(tmp_path / f"global_step_{self.global_steps}", exist_ok=True)
         (tmp_path / "latest_checkpointed_iteration.txt").write_text(str(self.global_steps))
 
@@ -216,6 +211,17 @@ def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
 
     monkeypatch.setattr(trainer_base.PPOTrainer, "_save_checkpoint", verl_save)
     monkeypatch.setattr(trainer_base.PPOTrainer, "_load_checkpoint", verl_load)
+
+
+def test_held_prompts_survive_a_checkpoint(monkeypatch, tmp_path):
+    submitted = []
+    trainer = _quota_trainer(monkeypatch, submitted)
+    monkeypatch.setattr(trainer.replay_buffer, "paused_domains", lambda: frozenset({"desktop"}))
+    trainer._add_prompts_to_generate(3)
+    held = [str(list(r["uid"])[0]) for r in trainer.held_prompts.rows]
+    assert held
+
+    _verl_checkpoint_part(monkeypatch, tmp_path)
     monkeypatch.setattr(trainer.replay_buffer, "save_checkpoint", lambda folder: None)
     trainer.config.trainer.default_local_dir = str(tmp_path)
     trainer._save_checkpoint()
@@ -260,3 +266,30 @@ def test_our_state_is_in_the_step_folder_before_verl_marks_the_step_latest(monke
         seen["at_tracker_write"])
     assert len(torch.load(tmp_path / "global_step_7" / HELD_PROMPTS_FILE, weights_only=False)) == len(
         trainer.held_prompts.rows) > 0
+
+
+def test_resume_reloads_the_samplers_state_through_its_own_save_and_load(monkeypatch, tmp_path):
+    """The trainer's ``_save_checkpoint`` / ``_load_checkpoint`` with the quota sampler's real
+    ``save_checkpoint`` / ``load_checkpoint`` (only verl's own part, the actor and the dataloader, is left
+    out): the resumed sampler's counters are the saved ones, not a fresh sampler's."""
+    trainer = _quota_trainer(monkeypatch, [])
+    scheduler = trainer.replay_buffer.scheduler
+    for batch in range(3):  # three batches served, 2 groups of each domain in each
+        scheduler.start_batch(4, float(batch))
+        for i, domain in enumerate(["desktop", "mobile", "desktop", "mobile"]):
+            scheduler.add(f"g{batch}.{i}", domain)
+        assert scheduler.poll(float(batch)).batch
+    saved = trainer.replay_buffer.state_dict()
+    fresh = _quota_trainer(monkeypatch, []).replay_buffer.state_dict()
+    assert saved != fresh and saved["scheduler"]["batches_total"] == 3
+
+    _verl_checkpoint_part(monkeypatch, tmp_path)
+    trainer.config.trainer.default_local_dir = str(tmp_path)
+    trainer.global_steps = 2
+    trainer._save_checkpoint()
+
+    resumed = _quota_trainer(monkeypatch, [])
+    resumed.config.trainer.default_local_dir = str(tmp_path)
+    resumed._load_checkpoint()
+    assert resumed.global_steps == 2
+    assert resumed.replay_buffer.state_dict() == saved

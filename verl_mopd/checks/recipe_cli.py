@@ -142,6 +142,10 @@ def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = Fa
     problems, warnings = unread + problems, suspicious + warnings
     if print_config:
         print(OmegaConf.to_yaml(config, resolve=True))
+    from verl_mopd.teachers.placement import plan_lines
+
+    for line in plan_lines(config):
+        print(f"PLAN: {line}", file=sys.stderr)
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     for p in problems:

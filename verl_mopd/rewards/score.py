@@ -260,8 +260,12 @@ def text_match(pred: str | None, truth: str | None, cfg: ScoreConfig) -> bool:
     if not a or not b:
         return False
     t = cfg.text_edit_similarity
-    if t is not None and min(len(a), len(b)) / max(len(a), len(b)) >= t and max(len(a), len(b)) <= _MAX_EDIT_CHARS:
-        if Levenshtein.normalized_similarity(a, b, score_cutoff=t) >= t:
+    longest = max(len(a), len(b))
+    if t is not None and min(len(a), len(b)) / longest >= t and longest <= _MAX_EDIT_CHARS:
+        # 1 - d / longest >= t  <=>  d <= (1 - t) * longest, in whole edits (rapidfuzz's float score_cutoff
+        # refuses a similarity exactly at t: 0.8 for "abcd" / "abcde" at t = 0.8)
+        allowed = math.floor((1.0 - t) * longest + 1e-9)
+        if Levenshtein.distance(a, b, score_cutoff=allowed) <= allowed:
             return True
     return cfg.text_f1 is not None and token_f1(a, b) >= cfg.text_f1
 

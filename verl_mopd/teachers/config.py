@@ -31,6 +31,7 @@ from verl_mopd.errors import ConfigError
 __all__ = [
     "BACKENDS",
     "PLACEMENTS",
+    "WEIGHT_POLICIES",
     "DTYPES",
     "TeacherConfig",
     "build_teachers",
@@ -43,6 +44,8 @@ __all__ = [
 
 BACKENDS = ("hf", "megatron")
 PLACEMENTS = ("dedicated", "colocated")
+#: where a teacher's weights live between steps (``verl_mopd.teachers.placement``)
+WEIGHT_POLICIES = ("auto", "resident", "pinned", "pageable")
 DTYPES = ("float32", "bfloat16", "float16")
 #: the hint for the removed ``backend: server`` (and its ``inference`` block)
 SERVER_TEACHERS_LIVE_IN_VERL = (
@@ -70,7 +73,13 @@ class TeacherConfig(BaseConfig):
     nnodes (int): nodes of this teacher's pool.
     tensor_model_parallel_size / pipeline_model_parallel_size (int): Megatron TP and PP; the data-parallel size is ``world_size / (tp * pp)``.
     placement (str): ``dedicated``: an own resource pool, teachers run concurrently; ``colocated``:
-        shares the actor's pool with parameter offload between calls, teachers run one after another.
+        shares the actor's pool; colocated teachers run together when their memory fits, else in turn
+        (``verl_mopd.teachers.placement``).
+    weights (str): a colocated teacher's weights between steps: ``resident`` (on the GPUs),
+        ``pinned`` (a pinned host buffer reused every step), ``pageable`` (verl's forward-only offload,
+        fresh pageable memory every step) or ``auto`` (``resident`` when it fits, else ``pinned``).
+    params_b (float | None): parameter count in billions, for the memory plan when ``model_path`` is
+        not a local folder (a local checkpoint's ``config.json`` gives it).
     micro_batch_tokens (int): token budget of one teacher forward micro-batch (``hf``/``megatron``).
     dtype (str): teacher parameter dtype.
     device (str): ``hf`` only: ``cpu`` or ``cuda``.
@@ -84,6 +93,8 @@ class TeacherConfig(BaseConfig):
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
     placement: str = "dedicated"
+    weights: str = "auto"
+    params_b: float | None = None
     micro_batch_tokens: int = 16384
     dtype: str = "bfloat16"
     device: str = "cuda"
@@ -102,6 +113,11 @@ class TeacherConfig(BaseConfig):
             errors.append(f"{where}.backend={self.backend!r}: allowed values are {list(BACKENDS)}")
         if self.placement not in PLACEMENTS:
             errors.append(f"{where}.placement={self.placement!r}: allowed values are {list(PLACEMENTS)}")
+        if self.weights not in WEIGHT_POLICIES:
+            errors.append(f"{where}.weights={self.weights!r}: allowed values are {list(WEIGHT_POLICIES)}")
+        if self.params_b is not None and (isinstance(self.params_b, bool) or not isinstance(self.params_b, int | float)
+                                          or not self.params_b > 0):
+            errors.append(f"{where}.params_b={self.params_b!r}: must be a number of billions of parameters > 0")
         if self.dtype not in DTYPES:
             errors.append(f"{where}.dtype={self.dtype!r}: allowed values are {list(DTYPES)}")
         for key in ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "pipeline_model_parallel_size",

@@ -1,5 +1,6 @@
 """``PlatformTeacherGroup``: one teacher per platform; split the step's samples by platform, score
-every part with its platform's teacher (all platforms in flight at once), merge back in order.
+every part with its platform's teacher (dedicated teachers, and each wave of colocated ones, in
+flight at once), merge back in order.
 
 Each teacher is a verl worker group (``RayWorkerGroup``) whose ``compute_teacher_log_prob`` uses
 verl's nd-compute dispatch (``make_nd_compute_dataproto_dispatch_fn``, ``blocking=False``): the call
@@ -32,9 +33,12 @@ import torch
 from verl_mopd.config import MOPDConfig
 from verl_mopd.losses import KL_MASK_KEY, TEACHER_LOGPROBS_KEY
 from verl_mopd.teachers.config import TeacherConfig
+from verl_mopd.teachers.fetch import SHARE_GROUP_INPUTS, group_uid
 from verl_mopd.teachers.layout import (
     CALL_INFO,
+    END_KEY,
     K3_SUM_KEY,
+    START_KEY,
     TEACHER_MESH,
     TIME_KEY,
     TOKENS_KEY,
@@ -176,31 +180,57 @@ class PlatformTeacherGroup:
         worker_groups: ``{platform: worker group}`` exposing ``compute_teacher_log_prob`` (verl
             nd-compute dispatch on ``TEACHER_MESH``, non-blocking); one per configured teacher.
             Build them with :meth:`build`.
+        plan: which colocated teachers run together (``verl_mopd.teachers.placement.TeacherPlan``);
+            None: each colocated teacher alone, in config order.
+        share_group_inputs: through TransferQueue, workers read a GRPO group's shared
+            ``multi_modal_inputs`` once (``verl_mopd.teachers.fetch.shared_input_rows``); False reads
+            one copy per rollout (verl's ``tqbridge`` way; the benchmark's baseline).
     """
 
-    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object]):
+    def __init__(self, config: MOPDConfig, worker_groups: Mapping[str, object], *, plan=None,
+                 share_group_inputs: bool = True):
         missing = sorted(set(config.platforms) - set(worker_groups))
         extra = sorted(set(worker_groups) - set(config.platforms))
         if missing or extra:
             raise ValueError(f"worker groups do not match mopd.teachers: missing {missing}, unexpected {extra}")
         self.config = config
         self.worker_groups = dict(worker_groups)
+        self.share_group_inputs = share_group_inputs
+        #: ``{platform: (start, end)}`` (``time.time()`` on the workers) of the last call's teachers
+        self.last_timeline: dict[str, tuple[float, float]] = {}
+        colocated = [p for p, c in config.teachers.items() if c.placement == "colocated"]
+        self.waves = [list(w) for w in plan.waves] if plan is not None else [[p] for p in colocated]
+        if sorted(p for w in self.waves for p in w) != sorted(colocated):
+            raise ValueError(f"plan waves {self.waves} do not hold each colocated teacher {colocated} once")
 
     @classmethod
     def build(cls, config: MOPDConfig, *, use_gpu: bool = True, num_threads: int | None = None,
-              colocated_pool=None, run_config=None):
+              colocated_pool=None, run_config=None, plan=None):
         """One verl worker group per worker-backend teacher (``hf`` / ``megatron``), models loaded.
 
         ``colocated_pool``: the actor's ``RayResourcePool``; teachers with ``placement: colocated``
         are placed on it (as verl colocates worker groups on one pool) instead of a pool of their own.
-        ``run_config``: the composed run config (needed by ``megatron`` teachers).
+        ``run_config``: the composed run config (needed by ``megatron`` teachers); the plan
+        (``verl_mopd.teachers.placement.run_plan``) is made from it unless ``plan`` is given, and each
+        worker gets the plan's weight policy.
         """
+        import dataclasses
+
+        from verl_mopd.errors import ConfigError
+        from verl_mopd.teachers.placement import run_plan
+
+        if plan is None and run_config is not None:
+            plan = run_plan(run_config, config.teachers)
+        if plan is not None and plan.problems:
+            raise ConfigError(plan.problems, "teacher memory plan")
+        teachers = {p: dataclasses.replace(c, weights=plan.weights[p]) if plan is not None else c
+                    for p, c in config.teachers.items()}
         wgs = {
             p: build_worker_group(c, use_gpu=use_gpu, num_threads=num_threads, run_config=run_config,
                                   resource_pool=colocated_pool if c.placement == "colocated" else None)
-            for p, c in config.teachers.items()
+            for p, c in teachers.items()
         }
-        return cls(config, wgs)
+        return cls(config, wgs, plan=plan)
 
     # ------------------------------------------------------------------------------------------
 
@@ -215,18 +245,23 @@ class PlatformTeacherGroup:
         return send, {k: sent_rows[v] for k, v in split(keys[sent_rows]).items()}
 
     def _run(self, payloads: Mapping[str, object]) -> dict[str, list]:
-        """Call every platform's teacher; dedicated teachers all in flight at once, colocated ones
-        (sharing the actor's devices) one after another. Returns each platform's collected outputs."""
+        """Call every platform's teacher: dedicated teachers all in flight at once; colocated ones
+        (sharing the actor's devices) wave by wave (``self.waves``), a whole wave dispatched before
+        any of it is waited on. Returns each platform's collected outputs."""
         import ray
 
         def collect(future):
             # ranks that hold no output (Megatron non-source ranks) answer None
             return [o for o in ray.get(list(future.futures)) if o is not None]
 
-        colocated = [p for p in payloads if self.config.teachers[p].placement == "colocated"]
-        pending = {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p])
-                   for p in payloads if p not in colocated}
-        results = {p: collect(self.worker_groups[p].compute_teacher_log_prob(payloads[p])) for p in colocated}
+        def dispatch(platforms):
+            return {p: self.worker_groups[p].compute_teacher_log_prob(payloads[p]) for p in platforms if p in payloads}
+
+        colocated = {p for w in self.waves for p in w}
+        pending = dispatch([p for p in payloads if p not in colocated])
+        results = {}
+        for wave in self.waves:
+            results.update({p: collect(future) for p, future in dispatch(wave).items()})
         results.update({p: collect(future) for p, future in pending.items()})
         return results
 
@@ -242,6 +277,8 @@ class PlatformTeacherGroup:
 
         return {
             "time_s": max((float(value(o, TIME_KEY)) for o in outputs), default=0.0),
+            "start": min((float(value(o, START_KEY)) for o in outputs), default=0.0),
+            "end": max((float(value(o, END_KEY)) for o in outputs), default=0.0),
             "tokens": float(sum(value(o, TOKENS_KEY) for o in outputs)),
             "k3_sum": float(sum(value(o, K3_SUM_KEY) for o in outputs)),
         }
@@ -261,6 +298,10 @@ class PlatformTeacherGroup:
             m[f"mopd_teacher/{platform}/time_s"] = s["time_s"] if s else 0.0
             if with_k3 and s and s["tokens"] > 0:
                 m[f"mopd_teacher/{platform}/k3_mean"] = s["k3_sum"] / s["tokens"]
+        self.last_timeline = {p: (s["start"], s["end"]) for p, s in stats.items() if s["end"] > 0}
+        spans = list(self.last_timeline.values())
+        m["mopd_teacher/overlap_s"] = sum(max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+                                          for i, a in enumerate(spans) for b in spans[i + 1:])
         return m
 
     # ------------------------------------------------------------------------------------------
@@ -358,8 +399,11 @@ class PlatformTeacherGroup:
         try:
             for platform, rows in index.items():
                 fields = [f for f in teacher_fields(cfg.teachers[platform].backend) if f in stored]
+                if self.share_group_inputs:  # a group's rows in one shard: its images fetched once
+                    rows = rows[np.argsort([group_uid(batch.keys[i]) or "" for i in rows], kind="stable")]
                 meta = KVBatchMeta(keys=[batch.keys[i] for i in rows], tags=[tags[i] for i in rows],
-                                   partition_id=batch.partition_id, fields=fields, extra_info=dict(CALL_INFO))
+                                   partition_id=batch.partition_id, fields=fields,
+                                   extra_info={**CALL_INFO, SHARE_GROUP_INPUTS: self.share_group_inputs})
                 meta, added = _pad_kv_meta(meta, data_parallel_size(self.worker_groups[platform]), tq)
                 pad_keys += added
                 payloads[platform] = meta

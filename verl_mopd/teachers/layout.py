@@ -24,6 +24,8 @@ from verl_mopd.losses import TEACHER_LOGPROBS_KEY
 
 __all__ = [
     "TEACHER_MESH",
+    "START_KEY",
+    "END_KEY",
     "TEACHER_FIELDS",
     "MEGATRON_TEACHER_FIELDS",
     "teacher_fields",
@@ -60,6 +62,8 @@ CALL_INFO = {"temperature": 1.0, "compute_loss": False, "calculate_entropy": Fal
 
 # names of the per-call metrics a worker returns as batch-level (non-tensor) entries
 TIME_KEY, TOKENS_KEY, K3_SUM_KEY = "teacher_time_s", "teacher_tokens", "teacher_k3_sum"
+# the call's wall-clock span on the worker (``time.time()``: comparable across processes, for the timeline)
+START_KEY, END_KEY = "teacher_start_unix", "teacher_end_unix"
 
 
 def as_jagged(t: torch.Tensor) -> torch.Tensor:
@@ -149,7 +153,8 @@ def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float) ->
     Args:
         full_logp: jagged ``(bs, j)`` whole-sequence log-probs (verl's engine ``log_probs``).
         data: the shard the worker was given.
-        started: ``time.perf_counter()`` at the start of the call.
+        started: ``time.perf_counter()`` at the start of the call (the call's span, ``START_KEY`` to
+            ``END_KEY``, is stamped in ``time.time()``).
     """
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import response_from_nested
@@ -159,7 +164,9 @@ def teacher_output(full_logp: torch.Tensor, data: TensorDict, started: float) ->
     values, offsets = full_logp.values(), full_logp.offsets()
     out = TensorDict({TEACHER_LOGPROBS_KEY: torch.nested.nested_tensor_from_jagged(values.unsqueeze(-1), offsets)},
                      batch_size=[len(data)])
-    tu.assign_non_tensor(out, **{TIME_KEY: time.perf_counter() - started, TOKENS_KEY: tokens, K3_SUM_KEY: k3_sum})
+    elapsed, now = time.perf_counter() - started, time.time()
+    tu.assign_non_tensor(out, **{TIME_KEY: elapsed, TOKENS_KEY: tokens, K3_SUM_KEY: k3_sum,
+                                 START_KEY: now - elapsed, END_KEY: now})
     return out
 
 

@@ -3,14 +3,23 @@
 Run under torchrun on the CPU harness (:func:`verl_mopd.testing.cpu.environment` with ``megatron=True``)::
 
     python -m torch.distributed.run --nproc_per_node 2 -m verl_mopd.testing.megatron_check \\
-        --model DIR --tp 2 --out result.json [--no-sequence-parallel] [--train] [--dtype float32]
+        --model DIR --tp 2 --out result.json [--format thd --format bshd] [--teacher] \\
+        [--no-sequence-parallel] [--train] [--dtype float32]
 
-Rank 0 writes ``result.json``:
+Rank 0 writes ``result.json``: ``{"engine": {FORMAT: RESULT, ...}, "teacher": RESULT}``. Each
+``--format`` builds its own ``TrainingWorker`` in the same process group, and ``--teacher`` then builds the
+project's ``MegatronTeacherWorker`` beside them, as colocated engines share Megatron's parallel state in a
+real run (one process start per rank for all of them: each start imports megatron-core, Megatron-Bridge
+and verl). An engine RESULT:
 
 - ``logprob_max_err``: max |Megatron - transformers fp32| over every predicted token of a fixed batch
   (4 samples, 3 with an image when the checkpoint is a Qwen3-VL), through verl's
   ``TrainingWorker.infer_batch``; ``control_err``: the same against transformers with the pixels
   shifted by 1 (it must be large: the images reach the logits);
+- ``weights_vs_checkpoint``: ``hooks.compare_weight_stats`` of the engine's own parameters (every rank's
+  shards, ``hooks.combine_weight_stats``) against the checkpoint's in transformers, as ``[ok, detail]``;
+  with ``--train`` also after the step against verl's export for the rollout (``trained_weights_vs_export``),
+  and the weights before the step against that export (``initial_weights_vs_export``, which must differ)
 - with ``--train``: ``loss`` and ``grad_norm`` of one ``train_batch`` step with verl's ``sft_loss``
   (Megatron's distributed optimizer, clip 1.0), ``reference_loss`` / ``reference_grad_norm``: the same
   loss and total gradient norm from transformers in float64, and ``replicated_grad_spread``: for each
@@ -113,6 +122,28 @@ def _replicated_grad_spread(engine) -> dict[str, float]:
     return spread
 
 
+def _engine_weight_stats(engine) -> dict[str, list[float]]:
+    """The engine's own parameters as ``verl-mopd smoke`` reads them after each step (``hooks.dump_actor_state``):
+    every rank's :func:`~verl_mopd.trainer.hooks.engine_weight_stats`, combined."""
+    import torch.distributed as dist
+
+    from verl_mopd.trainer.hooks import combine_weight_stats, engine_weight_stats
+
+    records = [None] * dist.get_world_size()
+    dist.all_gather_object(records, engine_weight_stats(engine))
+    return combine_weight_stats(records)
+
+
+def _hf_weight_stats(model_path: str) -> dict[str, list[float]]:
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from verl_mopd.trainer.hooks import weight_stats
+
+    model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
+    return {name: weight_stats(p) for name, p in model.named_parameters()}
+
+
 def run_teacher(args) -> dict:
     """The project's ``MegatronTeacherWorker`` (verl's ``TrainingWorker``, forward only, parameter offload as
     ``placement: colocated``, fused log-prob kernels as the stage-2 layout) built from the ``mopd`` run config
@@ -133,7 +164,7 @@ def run_teacher(args) -> dict:
                                                             "actor_rollout_ref.model.use_fused_kernels=true"])
     teacher = TeacherConfig(model_path=args.model, backend="megatron", n_gpus_per_node=world, platform="desktop",
                             tensor_model_parallel_size=args.tp, placement="colocated", micro_batch_tokens=48,
-                            dtype=args.dtype)
+                            dtype=args.dtype, weights="pageable")  # verl's own param_offload path
     ref, model = teacher_blocks(teacher, run_config)
     worker = MegatronTeacherWorker(teacher=dict(teacher), ref=ref, model=model)
     worker.init_model()
@@ -156,7 +187,7 @@ def run_teacher(args) -> dict:
     return result
 
 
-def run(args) -> dict:
+def run(args, layout: str = "thd") -> dict:
     from functools import partial
 
     from verl.trainer.config import CheckpointConfig
@@ -171,7 +202,7 @@ def run(args) -> dict:
     from verl.workers.utils.losses import sft_loss
 
     started = time.perf_counter()
-    model_config = HFModelConfig(path=args.model, use_remove_padding=args.format == "thd")
+    model_config = HFModelConfig(path=args.model, use_remove_padding=layout == "thd")
     engine_config = McoreEngineConfig(
         strategy="megatron", tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
         dtype=args.dtype, use_dynamic_bsz=True, max_token_len_per_gpu=256, infer_max_token_len_per_gpu=256,
@@ -182,10 +213,15 @@ def run(args) -> dict:
                                                  engine_config=engine_config, optimizer_config=optimizer,
                                                  checkpoint_config=CheckpointConfig()))
     worker.reset()
+    from verl_mopd.trainer.hooks import compare_weight_stats, weight_stats
+
+    initial = _engine_weight_stats(worker.engine)
     samples, make = _batch(model_config.hf_config)
     output = worker.infer_batch(make(compute_loss=False))
     result = {"tp": args.tp, "pp": args.pp, "sequence_parallel": bool(worker.engine.engine_config.sequence_parallel),
-              "dtype": args.dtype, "format": args.format, "engine": type(worker.engine).__name__,
+              "dtype": args.dtype, "format": layout, "engine": type(worker.engine).__name__,
+              # the smoke's weight check, on Megatron's own layout: the loaded engine = the checkpoint it loaded
+              "weights_vs_checkpoint": compare_weight_stats(initial, _hf_weight_stats(args.model)),
               }
     if output is not None:
         want, _, _ = reference(args.model, samples)
@@ -213,6 +249,11 @@ def run(args) -> dict:
             _, loss, norm = reference(args.model, samples, train=True)
             result.update(loss=float(metrics["loss"]), grad_norm=float(metrics["grad_norm"]), reference_loss=loss,
                           reference_grad_norm=norm)
+        trained_stats = _engine_weight_stats(worker.engine)
+        per_tensor, _ = worker.engine.get_per_tensor_param()  # what verl sends the rollout (every rank drains it)
+        exported = {name: weight_stats(tensor) for name, tensor in per_tensor}
+        result["trained_weights_vs_export"] = compare_weight_stats(trained_stats, exported)
+        result["initial_weights_vs_export"] = compare_weight_stats(initial, exported)  # stale: must differ
         worst = max(spread, key=spread.get) if spread else None
         result["replicated_grad_spread"] = {"max": spread.get(worst, 0.0), "parameter": worst,
                                             "over_1e-6": sorted(k for k, v in spread.items() if v > 1e-6)}
@@ -226,15 +267,18 @@ def main(argv=None) -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--format", default="thd", choices=["thd", "bshd"])
+    parser.add_argument("--format", action="append", choices=["thd", "bshd"],
+                        help="packed (thd, the default) or padded (bshd) batches; repeat for both, one engine each")
     parser.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
     parser.add_argument("--train", action="store_true")
-    parser.add_argument("--teacher", action="store_true", help="the project's MegatronTeacherWorker instead")
+    parser.add_argument("--teacher", action="store_true", help="then the project's MegatronTeacherWorker too")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
-    result = run_teacher(args) if args.teacher else run(args)
+    result = {"engine": {layout: run(args, layout) for layout in args.format or ["thd"]}}
+    if args.teacher:
+        result["teacher"] = run_teacher(args)
     if dist.get_rank() == 0:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)

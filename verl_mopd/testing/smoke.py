@@ -43,9 +43,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verl_mopd.errors import UsageError
 from verl_mopd.gpu_stack import NO_DEPS
+
+if TYPE_CHECKING:
+    import torch
 
 PLATFORMS = ("desktop", "mobile")
 STAGE1_STEPS, STAGE2_STEPS, RESUME_STEP = 2, 3, 2
@@ -71,6 +75,8 @@ class Profile:
     k3_tolerance: float                 # relative: the actor's K3 sum against the float64 one of the dumps
                                         #   (fp32 on CPU: within 6e-8 in every run measured)
     environment: Callable[[], dict[str, str]]
+    sync_tolerance: float = 0.05        # max |p_rollout - p_actor| of a sampled token (the rollout computes in
+                                        #   bfloat16: 0.023 at most in the CPU runs measured)
 
     @property
     def engines(self) -> dict:
@@ -98,7 +104,7 @@ PROFILES = {
     # hf on a GPU: cuDNN's TF32 convolutions in the vision tower; megatron: bfloat16 kernels against fp32;
     # the actor's bfloat16 log-probs in the update against its own old_log_probs of the dump: 1e-2
     "cuda": Profile("cuda", "stage1_gpu", "stage2_gpu", "megatron", "megatron", 1, {"desktop": "hf", "mobile": "megatron"},
-                    {"hf": 1e-4, "megatron": 0.1}, 0.1, 1e-2, dict),
+                    {"hf": 1e-4, "megatron": 0.1}, 0.1, 1e-2, dict, sync_tolerance=0.1),
 }
 ENGINES = ("megatron", "fsdp")
 
@@ -646,11 +652,17 @@ def run_checks(paths: Paths, profile: Profile, resumed: bool = True, only: str |
         check(f"step {step}: actor gate fraction = driver's", lambda m=m, rows=rows: _check_gate(m, rows))
         check(f"step {step}: gate = recomputed from the scores (group mean {mopd['gate_metric']} <= tau_kl)",
               lambda rows=rows: _check_gate_value(rows, mopd))
-        check(f"step {step}: grad norm > 0", lambda m=m: (m["actor/grad_norm"] > 0,
-                                                          f"actor/grad_norm {m['actor/grad_norm']:.3g}"))
+        check(f"step {step}: grad norm > 0", lambda m=m: _check_grad_norm(m))
         check(f"step {step}: rewards vary within a group (PG term non-zero)", lambda rows=rows: _check_pg(rows))
-        check(f"step {step}: both platforms' metrics", lambda m=m: _check_platform_metrics(m))
-    check("rollout weights = actor weights after every sync", lambda: _check_syncs(paths, metrics))
+        check(f"step {step}: both platforms' metrics = recomputed from the dump",
+              lambda m=m, rows=rows: _check_platform_metrics(m, rows))
+    check("rollout weights = the actor's own weights after every sync", lambda: _check_syncs(paths, metrics))
+    for step in sorted(metrics):
+        check(f"step {step}: rollout's probabilities of its tokens = the actor's (max diff <= "
+              f"{profile.sync_tolerance:g})", lambda step=step: _check_rollout_probs(
+                  dumps.get(step, []), profile.sync_tolerance))
+    check("the student moved more than that tolerance at every step after the first", lambda: _check_student_moved(
+        paths, profile, dumps))
     if resumed:
         check(f"resume: step {RESUME_STEP + 1} starts from the saved sampler state and held prompts",
               lambda: _check_resume(paths))
@@ -698,9 +710,9 @@ def _check_teachers(paths: Paths, profile: Profile, dumps: dict[int, list]) -> t
                          f"<= {tolerance[p]:g}" for p in PLATFORMS)
 
 
-def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
-    """The actor's log-probs of step 1 (``old_log_probs``, before any update) against transformers' fp32
-    forward of the student checkpoint the run started from."""
+def _starting_student(paths: Paths, profile: Profile, rows: list[dict]) -> list[tuple[dict, torch.Tensor]]:
+    """Each non-padding row with transformers' fp32 log-probs of its response under the student checkpoint the
+    run started from (:func:`direct_response_logprobs`)."""
     import torch
     from transformers import AutoConfig, AutoModelForImageTextToText
 
@@ -708,13 +720,17 @@ def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tu
     path = paths.models / "student"
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).to(device).eval()
     image_token = AutoConfig.from_pretrained(path).image_token_id
+    return [(row, direct_response_logprobs(model, row["input_ids"], len(row["student"]), row["multi_modal_inputs"],
+                                           image_token, device).cpu())
+            for row in rows if not row["padding"]]
+
+
+def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    """The actor's log-probs of step 1 (``old_log_probs``, before any update) against transformers' fp32
+    forward of the student checkpoint the run started from."""
     worst, count = 0.0, 0
-    for row in dumps.get(1, []):
-        if row["padding"]:
-            continue
+    for row, want in _starting_student(paths, profile, dumps.get(1, [])):
         n = int(row["response_mask"].sum())
-        want = direct_response_logprobs(model, row["input_ids"], len(row["student"]), row["multi_modal_inputs"],
-                                        image_token, device)
         worst = max(worst, (row["student"][:n].double() - want[:n]).abs().max().item())
         count += 1
     ok = count > 0 and worst <= profile.student_tolerance
@@ -722,10 +738,49 @@ def _check_student(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tu
                 f"{worst:.2e} <= {profile.student_tolerance:g}")
 
 
+def _token_probs(log_probs, mask):
+    """``exp`` of the log-probs of the response tokens ``mask`` keeps, in float64."""
+    return log_probs[: len(mask)][mask.bool()].double().exp()
+
+
+def _check_rollout_probs(rows: list[dict], tolerance: float) -> tuple[bool, str]:
+    """The rollout engine's probability of each token it sampled (``rollout_log_probs``) against the actor's
+    (``old_log_probs``, computed right after the step's weight sync): max |p_rollout - p_actor| <= tolerance.
+    A rollout still on older weights is off by what the student moved since (:func:`_check_student_moved`)."""
+    worst, tokens = 0.0, 0
+    for row in rows:
+        if row["padding"]:
+            continue
+        if row.get("rollout") is None:
+            return False, "no rollout_log_probs in the dump (actor_rollout_ref.rollout.calculate_log_probs is off?)"
+        mask = row["response_mask"]
+        diff = (_token_probs(row["rollout"], mask) - _token_probs(row["student"], mask)).abs()
+        tokens += len(diff)
+        worst = max(worst, float(diff.max())) if len(diff) else worst
+    return tokens > 0 and worst <= tolerance, f"{tokens} tokens: max |p_rollout - p_actor| {worst:.3g} <= {tolerance:g}"
+
+
+def _check_student_moved(paths: Paths, profile: Profile, dumps: dict[int, list]) -> tuple[bool, str]:
+    """At every step after the first, the actor's probabilities of its sampled tokens differ from the starting
+    student's (a direct forward) by more than the rollout check's tolerance somewhere: training moved the
+    weights far enough that :func:`_check_rollout_probs` fails on a rollout left on the starting weights."""
+    later = sorted(dumps)[1:]
+    moved = dict.fromkeys(later, 0.0)
+    rows = [{**row, "step": step} for step in later for row in dumps[step]]
+    for row, want in _starting_student(paths, profile, rows):
+        mask = row["response_mask"]
+        diff = (_token_probs(row["student"], mask) - _token_probs(want, mask)).abs()
+        moved[row["step"]] = max(moved[row["step"]], float(diff.max())) if len(diff) else moved[row["step"]]
+    ok = bool(later) and all(m > profile.sync_tolerance for m in moved.values())
+    return ok, ("max |p_actor - p_starting student| " + ", ".join(f"step {s} {m:.3g}" for s, m in moved.items())
+                + f" > {profile.sync_tolerance:g} (the rollout check's tolerance)")
+
+
 def _check_tp(paths: Paths, profile: Profile) -> tuple[bool, str]:
     """One training step of the student at the actor's TP (sequence parallel) = at TP 1: loss and grad norm
     (relative 1e-5, fp32), and every TP-replicated parameter's gradient equal on the TP ranks."""
-    one, many = (json.loads((paths.root / "tp_check" / f"tp{tp}.json").read_text()) for tp in (1, profile.actor_tp))
+    one, many = (json.loads((paths.root / "tp_check" / f"tp{tp}.json").read_text())["engine"]["thd"]
+                 for tp in (1, profile.actor_tp))
     loss = abs(many["loss"] - one["loss"]) / abs(one["loss"])
     norm = abs(many["grad_norm"] - one["grad_norm"]) / abs(one["grad_norm"])
     spread = many["replicated_grad_spread"]
@@ -858,27 +913,75 @@ def _check_pg(rows: list[dict]) -> tuple[bool, str]:
                 f"max |advantage| {advantage:.3g}")
 
 
-def _check_platform_metrics(m: dict) -> tuple[bool, str]:
-    wanted = [f"{prefix}/{p}" for p in PLATFORMS for prefix in ("mopd/kl_mask_on_fraction", "mopd/reward_mean",
-                                                                "mopd/response_length")]
-    wanted += [f"mopd_teacher/{p}/samples" for p in PLATFORMS]
-    missing = [k for k in wanted if k not in m]
-    return not missing, ("missing " + ", ".join(missing)) if missing else (
-        "; ".join(f"{p}: reward {m[f'mopd/reward_mean/{p}']:+.2f}, KL on {m[f'mopd/kl_mask_on_fraction/{p}']:.2f}, "
-                  f"teacher samples {m[f'mopd_teacher/{p}/samples']:.0f}" for p in PLATFORMS))
+def _check_grad_norm(m: dict) -> tuple[bool, str]:
+    norm = m["actor/grad_norm"]
+    return math.isfinite(norm) and norm > 0, f"actor/grad_norm {norm:.3g}"
+
+
+#: relative tolerance of the per-platform metrics (float32 means of a few values)
+PLATFORM_METRIC_TOLERANCE = 1e-6
+
+
+def _check_platform_metrics(m: dict, rows: list[dict]) -> tuple[bool, str]:
+    """Each platform's metrics, recomputed here from the step's dumped samples (padding left out): the
+    fraction with KL on, the mean summed reward, the mean response length, and the teacher group's count
+    of the platform's samples."""
+    want: dict[str, float] = {}
+    for p in PLATFORMS:
+        mine = [row for row in rows if row["platform"] == p]
+        n = max(len(mine), 1)
+        want[f"mopd/kl_mask_on_fraction/{p}"] = math.fsum(row["gate"] > 0 for row in mine) / n
+        want[f"mopd/reward_mean/{p}"] = math.fsum(row["score"] for row in mine) / n
+        want[f"mopd/response_length/{p}"] = math.fsum(float(row["response_mask"].sum()) for row in mine) / n
+        want[f"mopd_teacher/{p}/samples"] = float(len(mine))
+    missing = [k for k in want if k not in m]
+    if missing:
+        return False, "missing " + ", ".join(missing)
+    wrong = [f"{k} {m[k]:.6g} (recomputed {v:.6g})" for k, v in want.items()
+             if abs(m[k] - v) > PLATFORM_METRIC_TOLERANCE * max(abs(v), 1.0)]
+    counts = [want[f"mopd_teacher/{p}/samples"] for p in PLATFORMS]
+    return not wrong and all(counts), ("; ".join(
+        f"{p}: reward {m[f'mopd/reward_mean/{p}']:+.2f}, KL on {m[f'mopd/kl_mask_on_fraction/{p}']:.2f}, "
+        f"length {m[f'mopd/response_length/{p}']:.1f}, teacher samples {m[f'mopd_teacher/{p}/samples']:.0f}"
+        for p in PLATFORMS) + (f"; differ: {', '.join(wrong)}" if wrong else "; all = recomputed"))
 
 
 def _check_syncs(paths: Paths, metrics: dict[int, dict]) -> tuple[bool, str]:
+    """After every weight sync, the rollout's weights against the actor engine's own parameters at that step
+    (``dumps/actor_state.jsonl``, ``hooks.dump_actor_state``; stale weights sent intact differ there), and
+    what the rollout holds against what was sent (sha256 of each tensor: the transport)."""
+    from verl_mopd.trainer.hooks import ACTOR_STATE_FILE, compare_weight_stats
+
     log = paths.stage2 / "rollout_sync.jsonl"
     if not log.exists():  # GPU profile: SGLang holds the weights; compare log-probs instead
         worst = max(m["training/rollout_probs_diff_max"] for m in metrics.values())
         return worst < 0.1, f"no hf rollout: max |rollout - actor| log-prob {worst:.3g} < 0.1 (bfloat16 SGLang)"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    bad = [r["global_steps"] for r in records if r["sent"] != r["held"]]
-    ok = len(records) >= STAGE2_STEPS and not bad
+    state = paths.stage2 / "dumps" / ACTOR_STATE_FILE
+    actor: dict[int, list[dict]] = {}
+    for line in (state.read_text().splitlines() if state.exists() else []):
+        if line.strip():
+            record = json.loads(line)
+            actor.setdefault(record["global_steps"], []).append(record["params"])
+    torn = [r["global_steps"] for r in records if r["sent"] != r["held"]]
+    stale, missing, seen, detail = [], [], {}, ""
+    for record in records:  # the k-th sync of a global_steps value pairs with the k-th actor state of it
+        key = (record["global_steps"], record["replica"])
+        k = seen[key] = seen.get(key, -1) + 1
+        states = actor.get(record["global_steps"], [])
+        if k >= len(states) or "held_stats" not in record:
+            missing.append(record["global_steps"])
+            continue
+        ok, detail = compare_weight_stats(states[k], record["held_stats"])
+        if not ok:
+            stale.append(record["global_steps"])
+    ok = len(records) >= STAGE2_STEPS and not torn and not stale and not missing
     names = len(records[0]["held"]) if records else 0
-    return ok, (f"{len(records)} syncs, each of all {names} tensors: sha256 of the actor's = the rollout's"
-                + (f"; differ at global_steps {bad}" if bad else ""))
+    return ok, (f"{len(records)} syncs: the rollout's weights = the actor engine's own parameters at that step "
+                f"(last: {detail}); sha256 of all {names} tensors sent = held"
+                + (f"; differ from the actor's at global_steps {stale}" if stale else "")
+                + (f"; no actor state for global_steps {missing}" if missing else "")
+                + (f"; held differ from sent at global_steps {torn}" if torn else ""))
 
 
 def _check_resume(paths: Paths) -> tuple[bool, str]:

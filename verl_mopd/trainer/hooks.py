@@ -62,8 +62,11 @@ from verl_mopd.losses import KL_MASK_KEY, KL_START_KEY, TEACHER_LOGPROBS_KEY
 __all__ = [
     "actor_resource_pool",
     "build_worker_teachers",
+    "compare_weight_stats",
     "distillation_loss_fn",
+    "dump_actor_state",
     "dump_step",
+    "engine_weight_stats",
     "mopd_config_from",
     "score_teachers",
     "set_verl_trainer_mode",
@@ -254,8 +257,9 @@ def score_teachers(group, batch, tq) -> dict:
 #: a folder: with it set, the ``mopd_*`` trainers write every step's samples there (:func:`dump_step`)
 STEP_DUMP_ENV = "VERL_MOPD_STEP_DUMP"
 #: the per-sample fields :func:`dump_step` reads (those a sample lacks are skipped by TransferQueue)
-DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", TEACHER_LOGPROBS_KEY,
-               KL_MASK_KEY, KL_START_KEY, "rollout_is_weights", "advantages", "rm_scores", "multi_modal_inputs")
+DUMP_FIELDS = ("uid", "input_ids", "responses", "response_mask", "old_log_probs", "rollout_log_probs",
+               TEACHER_LOGPROBS_KEY, KL_MASK_KEY, KL_START_KEY, "rollout_is_weights", "advantages", "rm_scores",
+               "multi_modal_inputs")
 
 
 def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: int | None = None) -> str:
@@ -264,9 +268,10 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
     ``verl-mopd smoke`` sets ``VERL_MOPD_STEP_DUMP`` and recomputes the teachers' log-probs and the
     loss's K3 from these rows. Per sample (response-aligned tensors of length ``r``): ``key``,
     ``padding``, ``platform``, ``uid``, ``input_ids`` (prompt + response), ``student`` (verl's
-    ``old_log_probs``), ``teacher`` (the stored ``teacher_logprobs`` cut to the response, as verl's
-    loss reads them), ``gate`` (``mopd_kl_mask``), ``kl_start``, ``rollout_is_weights``, ``advantages``,
-    ``score`` (the summed ``rm_scores``) and ``multi_modal_inputs``. Returns the file written
+    ``old_log_probs``), ``rollout`` (the rollout engine's ``rollout_log_probs``), ``teacher`` (the stored
+    ``teacher_logprobs`` cut to the response, as verl's loss reads them), ``gate`` (``mopd_kl_mask``),
+    ``kl_start``, ``rollout_is_weights``, ``advantages``, ``score`` (the summed ``rm_scores``) and
+    ``multi_modal_inputs``. Returns the file written
     (``step_<N>.pt``, or a timestamped name without ``step``).
     """
     import time
@@ -295,6 +300,7 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
             "input_ids": seq.clone(),
             "response_mask": response("response_mask"),
             "student": response("old_log_probs"),
+            "rollout": response("rollout_log_probs"),
             "teacher": teacher,
             "gate": float(column[KL_MASK_KEY][i]) if KL_MASK_KEY in column else None,
             "kl_start": int(column[KL_START_KEY][i]) if KL_START_KEY in column else None,
@@ -306,4 +312,147 @@ def dump_step(batch, tq, folder: str, *, routing_key: str = "platform", step: in
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"step_{step}.pt" if step is not None else f"step_{time.time_ns()}.pt")
     torch.save({"step": step, "rows": rows}, path)
+    return path
+
+
+#: set by ``verl-mopd smoke``: the CPU harness's hf rollout logs each weight sync there
+#: (``verl_mopd.testing.cpu.rollout``), and the ``mopd_*`` trainers call :func:`dump_actor_state` after each
+ROLLOUT_SYNC_LOG_ENV = "VERL_MOPD_ROLLOUT_SYNC_LOG"
+#: the file :func:`dump_actor_state` appends to, in the ``VERL_MOPD_STEP_DUMP`` folder
+ACTOR_STATE_FILE = "actor_state.jsonl"
+#: relative tolerance of :func:`compare_weight_stats` (float64 sums of the same fp32 values in another order)
+WEIGHT_STATS_TOLERANCE = 1e-9
+
+
+def weight_stats(tensor) -> list[float]:
+    """A layout-free checksum of one weight: ``[numel, sum, sum |w|, sum w^2]`` in float64.
+
+    A TP shard, a fused or a transposed copy holds the same elements, so the stats of the pieces add up to
+    the whole's (up to float64 rounding): an actor's parameters can be compared with a rollout's weights of
+    another layout (Megatron's fused QKV against transformers' q/k/v) without converting names or shapes.
+    """
+    import torch
+
+    x = tensor.detach().to("cpu", torch.float64).reshape(-1)
+    return [float(x.numel()), float(x.sum()), float(x.abs().sum()), float((x * x).sum())]
+
+
+def add_stats(stats) -> list[float]:
+    """The elementwise sum of :func:`weight_stats` lists (the checksum of their weights together)."""
+    total = [0.0, 0.0, 0.0, 0.0]
+    for one in stats:
+        total = [a + b for a, b in zip(total, one, strict=True)]
+    return total
+
+
+def engine_weight_stats(engine) -> dict:
+    """One rank's view of a verl training engine's own parameters (not its export for the rollout).
+
+    verl's FSDP engines (``engine.module``, one module): every parameter whole (a DTensor is gathered with
+    ``full_tensor()``, a collective: call it on every rank). verl's Megatron engines (``engine.module``, a list
+    of model chunks): this rank's shard of each parameter, with ``sharded`` true for those split over TP
+    (Megatron's ``tensor_model_parallel`` attribute) and the rank's TP / DP / PP / CP coordinates, for
+    :func:`combine_weight_stats`.
+
+    Returns:
+        ``{"layout": "full" | "megatron", "tp_rank", "dp_rank", "pp_rank", "cp_rank",
+        "params": {name: [*weight_stats, sharded]}}``.
+    """
+    modules = engine.module if isinstance(engine.module, list | tuple) else [engine.module]
+    megatron = isinstance(engine.module, list | tuple)
+    record = {"layout": "megatron" if megatron else "full", "tp_rank": 0, "dp_rank": 0, "pp_rank": 0, "cp_rank": 0}
+    if megatron:
+        from megatron.core import parallel_state as mpu
+
+        record.update(tp_rank=mpu.get_tensor_model_parallel_rank(), dp_rank=mpu.get_data_parallel_rank(),
+                      pp_rank=mpu.get_pipeline_model_parallel_rank(), cp_rank=mpu.get_context_parallel_rank())
+    params = {}
+    for chunk, module in enumerate(modules):
+        for name, parameter in module.named_parameters():
+            tensor = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
+            key = f"{chunk}.{name}" if len(modules) > 1 else name
+            params[key] = [*weight_stats(tensor), bool(getattr(parameter, "tensor_model_parallel", False))]
+    record["params"] = params
+    return record
+
+
+def combine_weight_stats(records: list[dict]) -> dict[str, list[float]]:
+    """The whole model's per-parameter stats from every rank's :func:`engine_weight_stats`.
+
+    ``full`` layout: the first record (each rank holds every parameter whole). ``megatron``: of the DP and
+    CP rank-0 replica, a TP-split parameter is the sum over the TP ranks' shards, a TP-replicated one is
+    TP rank 0's (names are prefixed with the PP rank; they are the engine's own names, not HF's).
+    """
+    if not records:
+        raise ValueError("no rank reported its parameters")
+    if records[0]["layout"] == "full":
+        return {name: values[:4] for name, values in records[0]["params"].items()}
+    combined: dict[str, list[float]] = {}
+    for record in records:
+        if record["dp_rank"] or record["cp_rank"]:
+            continue
+        for name, (*values, sharded) in record["params"].items():
+            if not sharded and record["tp_rank"]:
+                continue
+            key = f"pp{record['pp_rank']}.{name}"
+            combined[key] = add_stats([combined.get(key, [0.0] * 4), values])
+    return combined
+
+
+def compare_weight_stats(actor: dict[str, list[float]], rollout: dict[str, list[float]],
+                         tolerance: float = WEIGHT_STATS_TOLERANCE) -> tuple[bool, str]:
+    """The actor's parameters (:func:`combine_weight_stats`) against the rollout's (``{name: weight_stats}``).
+
+    Parameters of the same name and size are compared one by one; the others (another layout: Megatron's
+    names) together, through the sums of their stats. Equal when the element counts are equal and each sum
+    differs by at most ``tolerance`` times the sum of |w| (sum, sum |w|) or of w^2 (sum w^2).
+    """
+    def differs(a: list[float], b: list[float]) -> bool:
+        scale_abs, scale_sq = max(a[2], b[2], 1e-30), max(a[3], b[3], 1e-30)
+        return (a[0] != b[0] or abs(a[1] - b[1]) > tolerance * scale_abs or abs(a[2] - b[2]) > tolerance * scale_abs
+                or abs(a[3] - b[3]) > tolerance * scale_sq)
+
+    named = [n for n in actor if n in rollout and actor[n][0] == rollout[n][0]]
+    wrong = [n for n in named if differs(actor[n], rollout[n])]
+    rest_actor = add_stats(v for n, v in actor.items() if n not in named)
+    rest_rollout = add_stats(v for n, v in rollout.items() if n not in named)
+    rest_wrong = differs(rest_actor, rest_rollout)
+    detail = (f"{len(named)} tensors by name ({len(wrong)} differ{': ' + ', '.join(wrong[:3]) if wrong else ''}); "
+              f"the other {len(actor) - len(named)} actor / {len(rollout) - len(named)} rollout tensors together: "
+              f"{rest_actor[0]:.0f} / {rest_rollout[0]:.0f} elements, sum w^2 {rest_actor[3]:.9g} / {rest_rollout[3]:.9g} "
+              f"(relative {abs(rest_actor[3] - rest_rollout[3]) / max(rest_actor[3], rest_rollout[3], 1e-30):.1e})")
+    return not wrong and not rest_wrong and bool(actor) and bool(rollout), detail
+
+
+def _actor_weight_stats_on_worker(instance) -> dict | None:
+    """Run in a verl actor worker process (``__ray_call__``): :func:`engine_weight_stats` of its actor's engine."""
+    workers = list(getattr(instance, "worker_dict", {}).values()) or [instance]
+    for worker in workers:
+        engine = getattr(getattr(worker, "actor", None), "engine", None)
+        if engine is not None:
+            return engine_weight_stats(engine)
+    return None
+
+
+def dump_actor_state(trainer, folder: str) -> str:
+    """Diagnostic: append the actor's own parameters' :func:`weight_stats` (per parameter, after the step's
+    update; the engine's state, not the tensors sent to the rollout) to ``<folder>/actor_state.jsonl``, one
+    line ``{"global_steps", "params"}`` per call. ``verl-mopd smoke`` compares each line with the rollout's
+    weights after the weight sync of the same ``global_steps`` (:func:`compare_weight_stats`).
+
+    Every actor rank runs :func:`engine_weight_stats` at once, through Ray's ``__ray_call__`` on verl's
+    worker handles, as verl's own vLLM replica queries its workers (``vllm_async_server.launch_servers``);
+    at once, because an FSDP ``full_tensor()`` is a collective.
+    """
+    import json
+
+    import ray
+
+    handles = trainer.actor_rollout_wg.workers
+    records = [r for r in ray.get([h.__ray_call__.remote(_actor_weight_stats_on_worker) for h in handles])
+               if r is not None]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, ACTOR_STATE_FILE)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"global_steps": trainer.global_steps, "params": combine_weight_stats(records)}) + "\n")
     return path

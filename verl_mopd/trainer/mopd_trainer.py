@@ -35,8 +35,10 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl_mopd.batching.held import HeldPrompts
 from verl_mopd.verl_loss import MOPD_LOSS_MODE, require_registered
 from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay importable from here)
+    ROLLOUT_SYNC_LOG_ENV,
     STEP_DUMP_ENV,
     distillation_loss_fn,
+    dump_actor_state,
     dump_step,
     mopd_config_from,
     set_verl_trainer_mode,
@@ -111,6 +113,7 @@ class MOPDTrainerMixin:
         # stays false: no verl teacher servers); server teachers are verl's own loop
         self.teacher_group = setup_teachers_and_loss(self)
         super().on_init_end()
+        self._dump_actor_state()  # verl's on_init_end synced the rollout with the loaded weights
 
     # -- checkpoints: verl saves actor/critic/dataloader; the quota sampler's state and the held-back
     #    prompts (already drawn from verl's dataloader, so not in its data.pt) are ours ------------
@@ -182,6 +185,14 @@ class MOPDTrainerMixin:
     def on_step_end(self):
         super().on_step_end()
         self._dump_batching_state("end")  # after verl's _save_checkpoint on a save step
+        self._dump_actor_state()  # after the update and verl's weight sync of this step
+
+    def _dump_actor_state(self) -> None:
+        """With the smoke's hf rollout logging its syncs: the actor engine's own weights, for the smoke to
+        compare with what the rollout holds (``hooks.dump_actor_state``)."""
+        folder = os.environ.get(STEP_DUMP_ENV)
+        if folder and os.environ.get(ROLLOUT_SYNC_LOG_ENV):
+            dump_actor_state(self, folder)
 
     def _dump_batching_state(self, when: str) -> None:
         folder = os.environ.get(STEP_DUMP_ENV)

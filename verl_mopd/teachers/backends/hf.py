@@ -1,9 +1,10 @@
 """``hf`` backend: a verl single-controller worker holding a ``transformers`` model that scores the
 student's sampled response tokens (forward only, CPU or GPU).
 
-Reuses verl's ``Worker`` and its nd-compute dispatch (``make_nd_compute_dataproto_dispatch_fn``, the
-one verl's engine workers use: a TensorDict is split by ``BatchData.chunk``, a ``KVBatchMeta`` is
-fetched by each rank from TransferQueue through ``tqbridge``), verl's model-class choice
+Reuses verl's ``Worker`` and its nd-compute dispatch (the one verl's engine workers use: a TensorDict
+is split by ``BatchData.chunk``; a ``KVBatchMeta`` is fetched by each rank from TransferQueue with
+verl's own conversions, through ``verl_mopd.teachers.fetch``, which reads a GRPO group's shared images
+once), verl's model-class choice
 (``verl.utils.model.get_hf_auto_model_class``: Qwen3-VL and other VLMs load with
 ``AutoModelForImageTextToText``) and ``verl.utils.torch_functional.logprobs_from_logits``.
 
@@ -26,11 +27,13 @@ from dataclasses import dataclass
 
 import torch
 from verl.single_controller.base import Worker
-from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.utils.torch_functional import logprobs_from_logits
 
+from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import TEACHER_MESH, position_rows, teacher_output
 from verl_mopd.teachers.router import get_field
+from verl_mopd.teachers.weights import HostWeights, resolve_policy
 
 __all__ = ["ScoringRow", "rows_from_batch", "plan_micro_batches", "score_rows", "pack_like_old_log_probs",
            "load_teacher_model", "HFTeacherWorker"]
@@ -182,13 +185,13 @@ def load_teacher_model(model_path: str, dtype: str = "float32", trust_remote_cod
     return auto_class.from_pretrained(model_path, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code)
 
 
-class HFTeacherWorker(Worker):
+class HFTeacherWorker(FetchOnceWorker, Worker):
     """One rank of an ``hf`` teacher: loads a ``transformers`` model, scores responses.
 
     Every rank is its own data-parallel rank of mesh ``TEACHER_MESH`` (registered the way verl's
     ``TrainingWorker`` registers its ``train`` mesh), so the group dispatches with verl's nd-compute
     dispatch. ``config`` is a ``TeacherConfig`` (or its dict). A ``colocated`` teacher on CUDA keeps
-    its weights on the CPU between calls (the actor's GPU memory is free for the other roles).
+    its weights by its ``weights`` policy between calls (``resident``, ``pinned``, ``pageable``).
     """
 
     def __init__(self, config, num_threads: int | None = None):
@@ -212,33 +215,41 @@ class HFTeacherWorker(Worker):
         self.device = device
         self.offload = cfg.placement == "colocated" and device == "cuda"
         self.model = load_teacher_model(cfg.model_path, cfg.dtype, cfg.trust_remote_code)
-        self.model.to("cpu" if self.offload else device).eval()
+        self.model.to(device).eval()
+        self.weights = HostWeights([*self.model.parameters(), *self.model.buffers()], device,
+                                   resolve_policy(cfg.weights, self.offload))
+        self.weights.offload()  # the actor's GPU memory is free until the first call
         return True
 
     @contextlib.contextmanager
     def _on_device(self):
-        """The model on its device for one call; back on the CPU afterwards when offloading."""
-        if self.offload:
-            self.model.to(self.device)
+        """The model on its device for one call; back in host memory afterwards by the teacher's
+        ``weights`` policy (``verl_mopd.teachers.weights``)."""
+        self.weights.load()
         try:
             yield
         finally:
-            if self.offload:
-                self.model.to("cpu")
+            self.weights.offload()
+            if self.weights.policy != "resident":
                 torch.cuda.empty_cache()
 
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name=TEACHER_MESH), blocking=False)
-    def compute_teacher_log_prob(self, data):
-        """``data``: this rank's shard, a TensorDict in the no-padding layout (``tqbridge`` has
-        already fetched it when the group dispatched a ``KVBatchMeta``).
+    @register(dispatch_mode=fetch_once_dispatch_mode(TEACHER_MESH), blocking=False)
+    def compute_teacher_log_prob(self, shard):
+        """``shard``: this rank's shard, a TensorDict in the no-padding layout, or a ``DeferredShard``
+        (the group dispatched a ``KVBatchMeta``) that this rank fetches from TransferQueue.
 
-        Returns ``teacher_output``: ``{TEACHER_LOGPROBS_KEY: (bs, j, 1)}`` and the call's metrics.
+        Returns ``teacher_output``: ``{TEACHER_LOGPROBS_KEY: (bs, j, 1)}`` and the call's metrics (for a
+        deferred shard, stored in TransferQueue and its ``KVBatchMeta`` returned, as ``tqbridge`` does).
         """
-        from verl.utils import tensordict_utils as tu
-
         if self.model is None:
             raise RuntimeError("call init_model() before compute_teacher_log_prob()")
         started = time.perf_counter()
+        data = self.fetch_shard(shard)
+        return self.store_output(self._score(data, started), shard, is_collect=True)
+
+    def _score(self, data, started: float):
+        from verl.utils import tensordict_utils as tu
+
         if len(data) == 0:  # a rank with no rows (fewer rows than ranks)
             return None
         # not verl's tu.maybe_fix_3d_position_ids: it breaks a shard whose samples all have one length

@@ -4,7 +4,8 @@ Built exactly as verl builds its reference policy (``ActorRolloutRefWorker.init_
 reference model", ``verl/workers/engine_workers.py``): the run's ``actor_rollout_ref.ref`` block
 (megatron engine settings inherited from the actor: bridge, recompute, remove-padding, seed, ...)
 converted with ``omega_conf_to_dataclass``, with this teacher's TP/PP/dtype, ``forward_only`` and
-``param_offload`` (colocated) on top, the ref's optimizer and checkpoint configs (never stepped),
+``param_offload`` (colocated with ``weights: pageable``; ``pinned`` is this worker's own
+``HostWeights`` around each call) on top, the ref's optimizer and checkpoint configs (never stepped),
 and the run's model block pointed at the teacher checkpoint. The worker is verl's own
 ``TrainingWorker``; a call goes through ``TrainingWorker.infer_batch``, which injects the engine
 keys (``use_dynamic_bsz``, ``max_token_len_per_gpu`` = ``micro_batch_tokens``,
@@ -29,6 +30,7 @@ from verl_mopd.errors import ConfigError
 from verl_mopd.teachers.config import TeacherConfig
 from verl_mopd.teachers.fetch import FetchOnceWorker, fetch_once_dispatch_mode
 from verl_mopd.teachers.layout import CALL_INFO, TEACHER_MESH, teacher_output
+from verl_mopd.teachers.weights import HostWeights, resolve_policy
 
 __all__ = ["teacher_blocks", "worker_config_from_blocks", "training_worker_config", "MegatronTeacherWorker",
            "megatron_teacher_class", "megatron_dtypes", "megatron_stack_report", "check_megatron_stack"]
@@ -97,7 +99,8 @@ def teacher_blocks(cfg: TeacherConfig, run_config) -> tuple[dict, dict]:
         dynamic_context_parallel=False,
         dtype=cfg.dtype,
         forward_only=True,
-        param_offload=cfg.placement == "colocated",
+        # verl's own (pageable) offload only for weights=pageable; pinned is MegatronTeacherWorker's
+        param_offload=resolve_policy(cfg.weights, cfg.placement == "colocated") == "pageable",
         optimizer_offload=False,
     )
     model = _run_block(run_config, "actor_rollout_ref.model")
@@ -152,6 +155,7 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
 
     def __init__(self, teacher: dict, ref: dict, model: dict):
         cfg = TeacherConfig(**teacher)
+        self.weights_policy = resolve_policy(cfg.weights, cfg.placement == "colocated")
         super().__init__(worker_config_from_blocks(cfg, ref, model))
         self._register_dispatch_collect_info(
             TEACHER_MESH,
@@ -161,7 +165,15 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
-        self.reset()  # engine.initialize(): build, load the HF weights, offload (forward_only)
+        self.reset()  # engine.initialize(): build, load the HF weights, offload (forward_only, pageable)
+        from verl.utils.device import get_device_id
+
+        # weights=pinned: verl's DDP offload scheme (one pinned buffer per tensor, reused) applied to
+        # the forward-only model, whose verl offload would be pageable; resident/pageable: no-op here
+        policy = "pinned" if self.weights_policy == "pinned" else "resident"
+        self.weights = HostWeights([p for chunk in self.engine.module for p in chunk.parameters()],
+                                   get_device_id(), policy)
+        self.weights.offload()
         return True
 
     def fetch_group(self):
@@ -190,7 +202,11 @@ class MegatronTeacherWorker(FetchOnceWorker, TrainingWorker):
         tu.assign_non_tensor(data, **{k: v for k, v in CALL_INFO.items() if k not in data.keys()})
         if "loss_mask" not in data.keys():  # the engine counts tokens on it; verl stores it = response_mask
             data["loss_mask"] = data["response_mask"]
-        output = self.infer_batch(data)  # verl's TrainingWorker.infer_batch: engine keys, eval mode, offload
+        self.weights.load()
+        try:
+            output = self.infer_batch(data)  # verl's TrainingWorker.infer_batch: engine keys, eval mode, offload
+        finally:
+            self.weights.offload()
         if output is not None:
             output = teacher_output(output["log_probs"], data, started)
         return self.store_output(output, shard, is_collect=output is not None)

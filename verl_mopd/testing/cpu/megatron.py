@@ -6,9 +6,11 @@ plugin's entry point: a GPU run never sees any of this.
 
 At load it only replaces ``torch.cuda``'s device functions and turns the CUDA redirect on for the loading
 thread; everything else runs right after the module it patches is first imported
-(:func:`verl_mopd.plugin.after_import`, strict: a failure fails that import), so the Ray workers that
-never import megatron-core (TransferQueue storage units, reward workers) skip Megatron-Bridge and the
-patches: ~4 s of a core and ~200 MB less each, on CPU.
+(:func:`verl_mopd.plugin.after_import`, strict: a failure fails that import), and Megatron-Bridge is
+imported only where verl imports it, to build or save a Megatron model: the Ray workers that never
+import megatron-core (TransferQueue storage units, reward workers) skip it and the patches, and those that
+import verl's engines without building one (the trainer's driver, the agent loop, the ``hf`` rollout
+servers) skip Megatron-Bridge: ~4 s of a core each, on CPU.
 
 What it takes, registrations first (verl's or Megatron's own hooks), then the patches neither offers.
 Every patch is a :class:`Patch` in :data:`PATCHES`: the attribute it replaces, the upstream file and
@@ -41,7 +43,7 @@ Patches (:data:`PATCHES`):
   plain memory, and answers ``type()`` as CUDA would; ``torch.cuda``'s device, stream, RNG and memory
   functions get CPU stand-ins;
 - megatron's RNG tracker reads and sets the CPU generator (else ``fork()`` silently does not fork);
-- ``import megatron.bridge`` runs with a stand-in ``transformer_engine`` module (Megatron-Bridge
+- the first ``import megatron.bridge`` runs with a stand-in ``transformer_engine`` module (Megatron-Bridge
   0.6.2 imports ``transformer_engine.pytorch`` unconditionally in modules the GPT and Qwen3-VL paths
   never call), after megatron-core's TE-aware modules have chosen their non-TE branches;
 - verl's fused log-prob kernel (Triton, CUDA only) is computed in torch with verl's own
@@ -415,32 +417,61 @@ class _TEStandIn(types.ModuleType):
         return placeholder
 
 
-def _import_megatron_bridge() -> None:
-    for module in _TE_AWARE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass  # not in this megatron-core
-    from megatron.core.extensions import transformer_engine as mcore_te
+#: what Megatron-Bridge's first import also imports under the stand-in (each imports transformer_engine)
+_BRIDGE_MODULES = ("megatron.bridge.models.gpt_provider", "megatron.bridge.models.qwen_vl.qwen3_vl_provider",
+                   "megatron.bridge.models.qwen_vl.modelling_qwen3_vl.model", "verl.models.mcore.bridge")
 
-    if mcore_te.HAVE_TE:
-        raise RuntimeError("the Megatron CPU harness found Transformer Engine installed: it is for CPU-only envs")
-    stand_ins = {name: _TEStandIn(name) for name in ("transformer_engine", "transformer_engine.pytorch",
-                                                     "transformer_engine.common", "transformer_engine.common.recipe")}
-    stand_ins["transformer_engine"].__path__ = []
-    stand_ins["transformer_engine"].pytorch = stand_ins["transformer_engine.pytorch"]
-    sys.modules.update(stand_ins)
-    try:
-        importlib.import_module("megatron.bridge")
-        importlib.import_module("megatron.bridge.models.gpt_provider")
-        importlib.import_module("megatron.bridge.models.qwen_vl.qwen3_vl_provider")
-        importlib.import_module("megatron.bridge.models.qwen_vl.modelling_qwen3_vl.model")
-        importlib.import_module("verl.models.mcore.bridge")
-    finally:
-        for name in stand_ins:
-            sys.modules.pop(name, None)
-    if mcore_te.HAVE_TE:
-        raise RuntimeError("megatron-core saw the transformer_engine stand-in: the import order above changed")
+
+class _BridgeImport:
+    """The first ``import megatron.bridge`` of a process, wrapped (a one-shot ``sys.meta_path`` finder whose
+    loader runs the real one): megatron-core's TE-aware modules first (they choose their non-TE branches),
+    then Megatron-Bridge and :data:`_BRIDGE_MODULES` with a ``transformer_engine`` stand-in, then the
+    local-spec patches. verl imports Megatron-Bridge only where it builds or saves a Megatron model, so a
+    process that imports verl's engines without building one (the trainer's driver, the agent loop, the
+    ``hf`` rollout servers) skips it: ~4 s of a core each."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "megatron.bridge":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return None  # not installed: the importer gets its own ModuleNotFoundError
+        self._loader, spec.loader = spec.loader, self
+        return spec
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self._loader
+        for name in _TE_AWARE_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass  # not in this megatron-core
+        from megatron.core.extensions import transformer_engine as mcore_te
+
+        if mcore_te.HAVE_TE:
+            raise RuntimeError("the Megatron CPU harness found Transformer Engine installed: it is for CPU-only envs")
+        stand_ins = {name: _TEStandIn(name) for name in ("transformer_engine", "transformer_engine.pytorch",
+                                                         "transformer_engine.common",
+                                                         "transformer_engine.common.recipe")}
+        stand_ins["transformer_engine"].__path__ = []
+        stand_ins["transformer_engine"].pytorch = stand_ins["transformer_engine.pytorch"]
+        sys.modules.update(stand_ins)
+        try:
+            self._loader.exec_module(module)
+            for name in _BRIDGE_MODULES:
+                importlib.import_module(name)
+        finally:
+            for name in stand_ins:
+                sys.modules.pop(name, None)
+        if mcore_te.HAVE_TE:
+            raise RuntimeError("megatron-core saw the transformer_engine stand-in: the import order above changed")
+        _local_specs()
 
 
 def _local_specs() -> None:
@@ -576,8 +607,8 @@ def _register_engines() -> None:
 
 
 def _megatron() -> None:
-    """What megatron-core and Megatron-Bridge need, right after ``megatron.core``'s package is first imported
-    (before the module that imported it goes on, so before any Megatron-Bridge import)."""
+    """What megatron-core needs, right after ``megatron.core``'s package is first imported (before the module
+    that imported it goes on), and the wrapper of Megatron-Bridge's first import (:class:`_BridgeImport`)."""
     global CPUDotProductAttention
     if "megatron.bridge" in sys.modules:
         raise RuntimeError("megatron.bridge is being imported before megatron.core: the Megatron CPU harness imports "
@@ -585,8 +616,7 @@ def _megatron() -> None:
                            "engines) first")
     _rng_tracker()
     CPUDotProductAttention = _make_attention()
-    _import_megatron_bridge()
-    _local_specs()
+    sys.meta_path.insert(0, _BridgeImport())
     _optimizer_state_before_a_step()
 
 

@@ -20,8 +20,10 @@ in the hybrid actor worker. verl's own ``hf_rollout.HFRollout`` is the legacy sy
   server, which refuses unknown names.
 
 Each weight sync is checkable: with ``VERL_MOPD_ROLLOUT_SYNC_LOG`` set, the adapter appends one JSON
-line per sync with the sha256 of every tensor it sent (the actor's weights) and of every tensor the
-server holds after loading, for ``verl-mopd smoke`` to compare.
+line per sync with the sha256 of every tensor it sent and of every tensor the server holds after
+loading (the transport), and the layout-free ``weight_stats`` of every parameter the server holds,
+which ``verl-mopd smoke`` compares with the actor engine's own parameters at the same step
+(``verl_mopd.trainer.hooks.dump_actor_state``): stale weights sent intact still differ there.
 """
 
 import verl  # noqa: F401  (first: loads the cpu platform before the verl.plugins entry points run)
@@ -36,7 +38,8 @@ from typing import Any
 
 import torch
 
-SYNC_LOG_ENV = "VERL_MOPD_ROLLOUT_SYNC_LOG"
+from verl_mopd.trainer.hooks import ROLLOUT_SYNC_LOG_ENV as SYNC_LOG_ENV, weight_stats
+
 #: sampling parameters verl's agent loop sends; anything else is refused rather than ignored
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "repetition_penalty", "logprobs", "max_tokens", "max_new_tokens"}
 
@@ -97,6 +100,11 @@ class HFRolloutServer:
                 raise RuntimeError(f"hf rollout: the actor sent weights this model does not have: {unexpected[:5]}")
             self.model.load_state_dict(state, strict=False)
             return {name: tensor_digest(t) for name, t in self.model.state_dict().items()}
+
+    def weight_stats(self) -> dict[str, list[float]]:
+        """``verl_mopd.trainer.hooks.weight_stats`` of every parameter the model holds (shared ones once)."""
+        with self._lock:
+            return {name: weight_stats(p) for name, p in self.model.named_parameters()}
 
     # -- generation ------------------------------------------------------------------------------
     def _max_new_tokens(self, sampling: dict, prompt_len: int) -> int:
@@ -252,7 +260,8 @@ def _adapter_class():
             log = os.environ.get(SYNC_LOG_ENV)
             if log:
                 record = {"time": time.time(), "global_steps": steps, "replica": self.replica_rank,
-                          "sent": {name: tensor_digest(t) for name, t in state.items()}, "held": held}
+                          "sent": {name: tensor_digest(t) for name, t in state.items()}, "held": held,
+                          "held_stats": await self._server.weight_stats.remote()}
                 with open(log, "a", encoding="utf-8") as f:
                     f.write(json.dumps(record) + "\n")
 
