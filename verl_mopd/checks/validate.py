@@ -276,10 +276,10 @@ def _check_teachers(config: DictConfig, mopd_config: MOPDConfig, problems: list[
                 "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
                 f"(verl.utils.seqlen_balancing); set it >= {longest}"
             )
-    if mopd.teachers:  # which colocated teachers run together, where their weights wait (teachers.placement)
+    if mopd_config.teachers:  # which colocated teachers run together, where their weights wait (teachers.placement)
         from verl_mopd.teachers.placement import run_plan
 
-        problems.extend(run_plan(config, mopd.teachers).problems)
+        problems.extend(run_plan(config, mopd_config.teachers).problems)
     for t in teachers.values():
         _check_path(t.model_path_key, t.model_path, problems, warnings, head)
     _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd_config.teachers))
