@@ -6,7 +6,7 @@
 #   scripts/mutation.sh --survivors gate # after adding tests: rerun only the mutants that survived
 #   scripts/mutation.sh --score          # only print the scores of what the last runs left in mutants/
 #
-# Modules: losses router gate score quota sampler smoke (the smoke's check functions only); losses-core.
+# Modules: losses (with verl_loss.py, its verl adapter) router gate score quota sampler smoke (the smoke's check functions only); losses-core.
 # Install: pip install "mutmut>=3.8,<4" (3.8.1 measured the scores in docs/reliability.md).
 # The tests it runs are the fast ones listed under [tool.mutmut] in pyproject.toml; mutmut maps each
 # mutated function to the tests that call it and runs only those, one mutant at a time, under
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 declare -A GLOBS=(
-  [losses]="verl_mopd.losses.*"
+  [losses]="verl_mopd.losses.* verl_mopd.verl_loss.*"
   # the loss's pure core: K3, the reward gate, the thought window, kept weights, mopd_kl_loss
   [losses-core]="verl_mopd.losses.xǁ_K3ǁ* verl_mopd.losses.x_k3_kl__* verl_mopd.losses.x__group_index__*
                  verl_mopd.losses.x_reward_gate__* verl_mopd.losses.x_thought_end_index__*

@@ -93,7 +93,7 @@ def test_the_installed_command_prints_no_traceback(tmp_path):
     [
         (["--reward-kwargs", "{bad"], "--reward-kwargs: not JSON"),
         (["--reward-kwargs", "[1]"], "--reward-kwargs='[1]': must be a JSON object"),
-        (["--reward-kwargs", '{"bbox_scale": "big"}'], "--reward-kwargs: invalid reward config: bbox_scale='big'"),
+        (["--reward-kwargs", '{"bbox_scale": "big"}'], "--reward-kwargs: bbox_scale='big': must be a finite number"),
         (["--mode", "ui_mopd", "--preset", "aitw"], "--mode ui_mopd reproduces the release"),
         (["--max-in-flight", "0"], "--max-in-flight=0: must be >= 1"),
     ],

@@ -163,3 +163,19 @@ def test_every_relative_link_resolves(doc):
 def test_documents_cite_only_what_a_clone_has(doc):
     cited = re.findall(r"shared/(?:review|seeds|reference|hooks|DESIGN\.md|STYLE\.md)\S*", doc.read_text())
     assert not cited, f"{doc.relative_to(ROOT)} cites the build process's files, which a clone lacks: {cited}"
+
+
+def test_the_contributor_page_is_linked_and_names_only_what_exists():
+    """docs/contributing.md (its links are checked above, with every page's): the README links it, and
+    every file it names (``verl_mopd/...``, ``tests/...``, or a module path relative to the package such
+    as ``checks/validate.py``) and every ``module.name`` of the package it names exist."""
+    import importlib
+
+    page = ROOT / "docs" / "contributing.md"
+    assert page in _documents() and "](docs/contributing.md)" in README.read_text()
+    text = page.read_text()
+    for name in re.findall(r"`([\w/.-]+\.(?:py|sh|yaml))", text):
+        candidates = [ROOT / name, PACKAGE / name]
+        assert any(c.exists() for c in candidates), f"docs/contributing.md names {name}, which does not exist"
+    for module, attr in re.findall(r"`(losses|verl_loss|errors|config)\.(?!py`)(\w+)", text):
+        assert hasattr(importlib.import_module(f"verl_mopd.{module}"), attr), f"verl_mopd.{module}.{attr}"

@@ -71,16 +71,16 @@ def _check(args: argparse.Namespace) -> int:
 
     import verl  # noqa: F401  (loads the verl.plugins entry points)
 
-    from verl_mopd import __version__, losses
+    from verl_mopd import __version__, verl_loss
 
     eps = [ep for ep in md.entry_points(group="verl.plugins") if ep.name == "verl_mopd"]
     print(f"verl-mopd {__version__}, verl {md.version('verl')}, torch {md.version('torch')}")
     print(f"entry point verl.plugins: {eps[0].value if eps else 'MISSING (reinstall verl-mopd)'}")
-    ok = losses.is_registered()
-    print(f"loss_mode={losses.MOPD_LOSS_MODE} registered after `import verl`: {ok}")
+    ok = verl_loss.is_registered()
+    print(f"loss_mode={verl_loss.MOPD_LOSS_MODE} registered after `import verl`: {ok}")
     if not ok:
         try:
-            losses.require_registered()
+            verl_loss.require_registered()
         except RuntimeError as exc:
             print(exc, file=sys.stderr)
     from verl_mopd.install_check import print_attention_backend, print_gpu_stack
@@ -102,7 +102,7 @@ def _validate_recipe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate_recipe(args: argparse.Namespace) -> int:
-    from verl_mopd.trainer.validate import validate_recipe_cli
+    from verl_mopd.checks.recipe_cli import validate_recipe_cli
 
     return validate_recipe_cli(args.file, args.overrides, args.print_config, args.head)
 

@@ -1,6 +1,7 @@
 """Model clients for evaluation: an OpenAI-compatible HTTP endpoint, or a local ``transformers`` model.
 
-Both take neutral messages (:mod:`verl_mopd.eval.messages`) and return the response text.
+Both take neutral messages (the layout of :mod:`verl_mopd.eval.messages`) and return the response text;
+:func:`to_openai` converts them to OpenAI's chat format.
 
 - :class:`OpenAIClient`: ``POST {base_url}/chat/completions`` (SGLang, vLLM, or any
   OpenAI-compatible server), stdlib ``urllib`` only. Retries connection errors, timeouts,
@@ -19,6 +20,7 @@ Both take neutral messages (:mod:`verl_mopd.eval.messages`) and return the respo
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import random
@@ -30,7 +32,37 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from verl_mopd.eval.messages import to_openai
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
+
+
+def mime_type(data: bytes) -> str:
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/png"
+
+
+def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Neutral messages -> OpenAI chat format (images as base64 ``data:`` URLs)."""
+    out = []
+    for m in messages:
+        content = m["content"]
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": content})
+            continue
+        parts = []
+        for p in content:
+            if p["type"] == "text":
+                parts.append({"type": "text", "text": p["text"]})
+            else:
+                data = p["image"]
+                url = f"data:{mime_type(data)};base64,{base64.b64encode(data).decode('ascii')}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+        out.append({"role": m["role"], "content": parts})
+    return out
+
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 

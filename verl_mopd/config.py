@@ -48,7 +48,7 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
     use_rollout_is_weights: bool = True
 
     def __post_init__(self):
-        from verl_mopd.losses import register_loss
+        from verl_mopd.verl_loss import register_loss
 
         register_loss()  # this config is only built where mopd_k3 is meant to be available
         errors = []
@@ -68,7 +68,7 @@ class MOPDDistillationLossConfig(DistillationLossConfig):
         if not self.k3_clamp_below <= -11.0:
             errors.append(f"distillation.distillation_loss.k3_clamp_below={self.k3_clamp_below}: must be <= -11")
         if errors:
-            raise ValueError("invalid mopd_k3 loss config:\n  - " + "\n  - ".join(errors))
+            raise ConfigError(errors, "mopd_k3 loss config")
         super().__post_init__()
 
 

@@ -25,13 +25,17 @@ verl's ``kl_penalty(..., "k3")`` is the reference our K3 equals wherever verl do
 What verl lacks, and is written here: a K3 that keeps a bounded, non-zero gradient where verl's
 clamps zero it (``d > ~2.6``, the tokens where the student is furthest below the teacher), the
 group reward gate, and the thought-skipping token window.
+
+This module is the method, in torch only (verl's ``agg_loss`` is imported where it aggregates).
+verl's loss mode ``mopd_k3`` over it, the micro-batch verl's own loss cannot take and the
+registration are :mod:`verl_mopd.verl_loss`, beside it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -42,13 +46,14 @@ __all__ = [
     "KL_MASK_KEY",
     "KL_START_KEY",
     "TEACHER_LOGPROBS_KEY",
-    "compute_mopd_k3",
     "counted_tokens",
     "gated_k3",
+    "gated_k3_gate_in_op",
     "k3_kl",
     "k3_metrics",
     "kept_kl_mask",
     "mopd_kl_loss",
+    "padded",
     "reward_gate",
     "thought_end_index",
 ]
@@ -260,23 +265,12 @@ def thought_end_index(responses: torch.Tensor, response_mask: torch.Tensor, thin
 
 
 # ----------------------------------------------------------------------------------------------
-# The core both entry points share: :func:`mopd_kl_loss` (pure torch) and :func:`compute_mopd_k3`
-# (verl's loss_mode=mopd_k3). One place computes the thought window, the gate, the counted tokens
-# and the metrics. Notation (tinker-cookbook's): a name's suffix gives its dimensions, ``_B`` one
+# The core both entry points share: :func:`mopd_kl_loss` (pure torch; :func:`gated_k3`) and
+# ``verl_mopd.verl_loss.compute_mopd_k3`` (verl's loss_mode=mopd_k3; :func:`gated_k3_gate_in_op`).
+# One place (:func:`_gated_window`) computes the thought window, the gate and the counted tokens,
+# one (:func:`k3_metrics`) the metrics. Notation (tinker-cookbook's): a name's suffix gives its dimensions, ``_B`` one
 # value per sample, ``_BT`` one per token of the (bs, response_len) response layout.
 # ----------------------------------------------------------------------------------------------
-
-#: how verl aggregates each metric of :func:`k3_metrics` over micro-batches and data-parallel
-#: ranks (``verl.utils.metric.AggregationType`` names)
-K3_METRIC_AGGREGATION = {
-    "mopd/k3_mean": "MEAN",
-    "mopd/k3_mean_kl_on": "MEAN",
-    "mopd/kl_mask_on_fraction": "MEAN",
-    "mopd/k3_sum_kl_on": "SUM",
-    "mopd/kl_on_tokens": "SUM",
-    "mopd/kl_on_samples": "SUM",
-}
-
 
 def padded(value: torch.Tensor, padding=0) -> torch.Tensor:
     """A per-sample field in the padded (bs, ...) layout: verl's jagged nested tensors are padded."""
@@ -350,7 +344,7 @@ def k3_metrics(k3_sum_B: torch.Tensor, tokens_B: torch.Tensor, on_B: torch.Tenso
         ``mopd/k3_mean_kl_on`` (``k3_sum_kl_on / kl_on_tokens``), ``mopd/kl_mask_on_fraction``
         (1.0 for no sample), the sums ``mopd/k3_sum_kl_on``, ``mopd/kl_on_tokens`` and
         ``mopd/kl_on_samples`` over the KL-on samples, and ``mopd/k3_mean`` (``with_k3_mean``).
-        How verl aggregates each: :data:`K3_METRIC_AGGREGATION`.
+        How verl aggregates each: ``verl_mopd.verl_loss.K3_METRIC_AGGREGATION``.
     """
     on_B = on_B.float()
     k3_sum_kl_on = (k3_sum_B * on_B).sum()
@@ -367,43 +361,22 @@ def k3_metrics(k3_sum_B: torch.Tensor, tokens_B: torch.Tensor, on_B: torch.Tenso
     return stats
 
 
-def gated_k3(
-    student_logp_BT: torch.Tensor,
-    teacher_logp_BT: torch.Tensor,
-    response_mask_BT: torch.Tensor,
-    kl_mask_B: torch.Tensor | None = None,
-    kl_start_B: torch.Tensor | None = None,
-    token_weight_BT: torch.Tensor | None = None,
-    *,
-    linear_above: float = K3_LINEAR_ABOVE,
-    clamp_below: float = K3_CLAMP_BELOW,
-    every_sample_scored: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """The per-token MOPD loss, gated and windowed, with the tokens it counts and its metrics.
+class _GatedWindow(NamedTuple):
+    """The tokens :func:`gated_k3` and :func:`gated_k3_gate_in_op` weigh, all (bs, response_len) but
+    the gate."""
 
-    ``k3_BT = K3(teacher - student) * kl_mask_B * [pos >= kl_start_B] * token_weight_BT``.
+    kl_mask_B: torch.Tensor | None  # (bs,) the gate, detached; None: KL on for all
+    response_BT: torch.Tensor  # bool, the response tokens
+    window_BT: torch.Tensor  # bool, the response tokens in the thought window
+    counted_BT: torch.Tensor  # bool, :func:`counted_tokens`: the window tokens of the samples whose KL is on
+    weight_BT: torch.Tensor | None  # the per-token factor after the gate (window, IS weights); None: 1
 
-    Args:
-        student_logp_BT: (bs, response_len) log p_S of the sampled tokens; differentiable.
-        teacher_logp_BT: (bs, response_len) log p_T of the same tokens.
-        response_mask_BT: (bs, response_len) 1 on response tokens.
-        kl_mask_B: optional (bs,) or (bs, 1) gate (:func:`reward_gate`; 1 on, 0 off; on the verl
-            path possibly times the constant :func:`kept_kl_mask` weight); None: KL on for all.
-        kl_start_B: optional (bs,) first position of the KL window (:func:`thought_end_index`).
-        token_weight_BT: optional (bs, response_len) weight per token (verl's
-            ``rollout_is_weights``), in the loss and in the metrics.
-        linear_above, clamp_below: see :func:`k3_kl`.
-        every_sample_scored: True where every sample has real teacher log-probs (the pure path):
-            K3 is computed for gated-off samples too, for ``mopd/k3_mean``, and the gate multiplies
-            it afterwards. False (the verl path, where a gated-off sample may carry stand-in
-            log-probs): the gate is applied inside the K3 op, in place.
 
-    Returns:
-        ``(k3_BT, counted_BT, stats)``: the per-token loss (gated-off samples and tokens before the
-        window exactly 0, with exactly 0 gradient; aggregate it over ``response_mask_BT`` for
-        ``normalization="all"``), the bool :func:`counted_tokens` (aggregate over them for
-        ``"kept"``), and :func:`k3_metrics` as 0-dim tensors.
-    """
+def _gated_window(student_logp_BT: torch.Tensor, response_mask_BT: torch.Tensor,
+                  kl_mask_B: torch.Tensor | None, kl_start_B: torch.Tensor | None,
+                  token_weight_BT: torch.Tensor | None) -> _GatedWindow:
+    """The shapes checked (one message per input, naming its batch key on the verl path), then the
+    tokens the gated K3 weighs."""
     if student_logp_BT.dim() != 2:
         raise ValueError(f"student_log_probs has shape {tuple(student_logp_BT.shape)}; expected (bs, response_len)")
     bs = student_logp_BT.shape[0]
@@ -424,32 +397,102 @@ def gated_k3(
     thought_window_BT = (None if kl_start_B is None
                          else _thought_window_BT(kl_start_B, student_logp_BT.shape, student_logp_BT.device))
     window_BT = response_BT if thought_window_BT is None else response_BT & thought_window_BT
-    counted_BT = window_BT if kl_mask_B is None else window_BT & (kl_mask_B.reshape(-1, 1) > 0)  # counted_tokens
-    weight_BT = thought_window_BT  # the per-token factor after the gate: the window, times the IS weights
+    weight_BT = thought_window_BT
     if token_weight_BT is not None:
         weight_BT = token_weight_BT if weight_BT is None else token_weight_BT * weight_BT
+    return _GatedWindow(kl_mask_B, response_BT, window_BT, counted_tokens(window_BT, kl_mask_B), weight_BT)
 
-    k3_kwargs = {"linear_above": linear_above, "clamp_below": clamp_below, "token_mask": counted_BT}
-    if every_sample_scored:
-        k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, **k3_kwargs)
-        if weight_BT is not None:
-            k3_BT = k3_BT * weight_BT
-        with torch.no_grad():
-            k3_sum_B = (k3_BT * response_BT).sum(-1)
-        if kl_mask_B is not None:
-            k3_BT = k3_BT * kl_mask_B.to(student_logp_BT.dtype).reshape(-1, 1)
-    else:
-        k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, kl_mask=kl_mask_B, **k3_kwargs)
-        if weight_BT is not None:
-            k3_BT = k3_BT * weight_BT
-        with torch.no_grad():
-            k3_sum_B = (k3_BT * response_BT).sum(-1)
-            if kl_mask_B is not None:  # the gate's value (a "kept" weight) divided out again
-                k3_sum_B = k3_sum_B / torch.where(kl_mask_B > 0, kl_mask_B, torch.ones_like(kl_mask_B))
+
+def _weighted_k3(student_logp_BT: torch.Tensor, teacher_logp_BT: torch.Tensor, tokens: _GatedWindow,
+                 kl_mask_B: torch.Tensor | None, linear_above: float, clamp_below: float) -> torch.Tensor:
+    """(bs, response_len) :func:`k3_kl` times the per-token weight of ``tokens``; ``kl_mask_B`` (or
+    None) is applied inside the K3 op."""
+    k3_BT = k3_kl(student_logp_BT, teacher_logp_BT, linear_above=linear_above, clamp_below=clamp_below,
+                  kl_mask=kl_mask_B, token_mask=tokens.counted_BT)
+    return k3_BT if tokens.weight_BT is None else k3_BT * tokens.weight_BT
+
+
+def _window_metrics(tokens: _GatedWindow, k3_sum_B: torch.Tensor, *,
+                    with_k3_mean: bool) -> dict[str, torch.Tensor]:
+    """:func:`k3_metrics` of the per-sample K3 sums (without the gate's value) over ``tokens``."""
+    kl_mask_B = tokens.kl_mask_B
+    on_B = (torch.ones(len(k3_sum_B), dtype=torch.bool, device=tokens.response_BT.device) if kl_mask_B is None
+            else kl_mask_B > 0)
+    return k3_metrics(k3_sum_B, tokens.window_BT.sum(-1), on_B, with_k3_mean=with_k3_mean)
+
+
+def gated_k3(
+    student_logp_BT: torch.Tensor,
+    teacher_logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    kl_mask_B: torch.Tensor | None = None,
+    kl_start_B: torch.Tensor | None = None,
+    token_weight_BT: torch.Tensor | None = None,
+    *,
+    linear_above: float = K3_LINEAR_ABOVE,
+    clamp_below: float = K3_CLAMP_BELOW,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The per-token MOPD loss, gated and windowed, with the tokens it counts and its metrics, where
+    every sample has real teacher log-probs (the pure path, :func:`mopd_kl_loss`).
+
+    ``k3_BT = K3(teacher - student) * kl_mask_B * [pos >= kl_start_B] * token_weight_BT``. K3 is
+    computed for the gated-off samples too (for ``mopd/k3_mean``), and the gate multiplies it
+    afterwards. Where a gated-off sample may carry stand-in teacher log-probs (the verl path), use
+    :func:`gated_k3_gate_in_op`, which computes the same loss with the gate inside the K3 op.
+
+    Args:
+        student_logp_BT: (bs, response_len) log p_S of the sampled tokens; differentiable.
+        teacher_logp_BT: (bs, response_len) log p_T of the same tokens.
+        response_mask_BT: (bs, response_len) 1 on response tokens.
+        kl_mask_B: optional (bs,) or (bs, 1) gate (:func:`reward_gate`; 1 on, 0 off; on the verl
+            path possibly times the constant :func:`kept_kl_mask` weight); None: KL on for all.
+        kl_start_B: optional (bs,) first position of the KL window (:func:`thought_end_index`).
+        token_weight_BT: optional (bs, response_len) weight per token (verl's
+            ``rollout_is_weights``), in the loss and in the metrics.
+        linear_above, clamp_below: see :func:`k3_kl`.
+
+    Returns:
+        ``(k3_BT, counted_BT, stats)``: the per-token loss (gated-off samples and tokens before the
+        window exactly 0, with exactly 0 gradient; aggregate it over ``response_mask_BT`` for
+        ``normalization="all"``), the bool :func:`counted_tokens` (aggregate over them for
+        ``"kept"``), and :func:`k3_metrics` as 0-dim tensors, ``mopd/k3_mean`` included.
+    """
+    tokens = _gated_window(student_logp_BT, response_mask_BT, kl_mask_B, kl_start_B, token_weight_BT)
+    k3_BT = _weighted_k3(student_logp_BT, teacher_logp_BT, tokens, None, linear_above, clamp_below)
     with torch.no_grad():
-        on_B = torch.ones(bs, dtype=torch.bool, device=response_BT.device) if kl_mask_B is None else kl_mask_B > 0
-        stats = k3_metrics(k3_sum_B, window_BT.sum(-1), on_B, with_k3_mean=every_sample_scored)
-    return k3_BT, counted_BT, stats
+        stats = _window_metrics(tokens, (k3_BT * tokens.response_BT).sum(-1), with_k3_mean=True)
+    if tokens.kl_mask_B is not None:
+        k3_BT = k3_BT * tokens.kl_mask_B.to(student_logp_BT.dtype).reshape(-1, 1)
+    return k3_BT, tokens.counted_BT, stats
+
+
+def gated_k3_gate_in_op(
+    student_logp_BT: torch.Tensor,
+    teacher_logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    kl_mask_B: torch.Tensor | None = None,
+    kl_start_B: torch.Tensor | None = None,
+    token_weight_BT: torch.Tensor | None = None,
+    *,
+    linear_above: float = K3_LINEAR_ABOVE,
+    clamp_below: float = K3_CLAMP_BELOW,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`gated_k3`'s loss where a gated-off sample may carry stand-in teacher log-probs (the
+    verl path, ``verl_mopd.verl_loss.compute_mopd_k3``: ``mopd.skip_gated`` sends it to no teacher).
+
+    The gate is applied inside the K3 op, in place (no K3 of a gated-off sample is ever formed), so
+    there is no ``mopd/k3_mean``; the gate's value (a :func:`kept_kl_mask` weight) is divided out of
+    the metrics again. Same arguments and returns as :func:`gated_k3`.
+    """
+    tokens = _gated_window(student_logp_BT, response_mask_BT, kl_mask_B, kl_start_B, token_weight_BT)
+    k3_BT = _weighted_k3(student_logp_BT, teacher_logp_BT, tokens, tokens.kl_mask_B, linear_above, clamp_below)
+    with torch.no_grad():
+        k3_sum_B = (k3_BT * tokens.response_BT).sum(-1)
+        if tokens.kl_mask_B is not None:  # the gate's value (a "kept" weight) divided out again
+            kl_mask_B = tokens.kl_mask_B
+            k3_sum_B = k3_sum_B / torch.where(kl_mask_B > 0, kl_mask_B, torch.ones_like(kl_mask_B))
+        stats = _window_metrics(tokens, k3_sum_B, with_k3_mean=False)
+    return k3_BT, tokens.counted_BT, stats
 
 
 def mopd_kl_loss(
@@ -503,7 +546,7 @@ def mopd_kl_loss(
         raise ValueError(f"normalization must be 'all' or 'kept', got {normalization!r}")
     k3_BT, counted_BT, stats = gated_k3(
         student_log_probs, teacher_log_probs, response_mask, kl_mask, kl_start_index, rollout_is_weights,
-        linear_above=linear_above, clamp_below=clamp_below, every_sample_scored=True,
+        linear_above=linear_above, clamp_below=clamp_below,
     )
     metrics = {name: value.item() for name, value in stats.items()}
     loss_mask_BT = (counted_BT if normalization == "kept" else response_mask).to(student_log_probs.dtype)
@@ -524,156 +567,3 @@ def _nothing_counts(mask_BT: torch.Tensor, loss_agg_mode: str, global_batch_info
     if given is not None:
         return float(given) == 0
     return mask_BT.numel() == 0 or not bool(mask_BT.any())
-
-
-# ----------------------------------------------------------------------------------------------
-# verl adapter: the per-token loss behind ``distillation.distillation_loss.loss_mode=mopd_k3``.
-# Registered by :func:`register_loss` (below; ``verl_mopd.plugin.register()`` calls it); verl's
-# ``distillation_loss`` aggregates what it returns with ``agg_loss`` over ``response_mask`` and
-# ``distillation_ppo_loss`` adds ``distillation_loss_coef`` (beta) times it to the PG loss, on the
-# FSDP and Megatron engines alike.
-# ----------------------------------------------------------------------------------------------
-
-
-def _field(data, key: str) -> torch.Tensor | None:
-    return padded(data[key]) if key in data.keys() else None
-
-
-def compute_mopd_k3(config, distillation_config, model_output: dict, data) -> tuple[torch.Tensor, dict]:
-    """verl ``DistillationLossFn`` for ``loss_mode=mopd_k3``: unpack verl's batch, then :func:`gated_k3`.
-
-    Same inputs as verl's ``compute_distillation_loss_reverse_kl_estimator`` (student
-    ``model_output["log_probs"]``, ``data["teacher_logprobs"]``, padded or nested layouts, via
-    verl's ``no_padding_2_padding``), plus the optional per-sample keys ``mopd_kl_mask`` (absent =
-    KL on for all; with ``mopd.normalization=kept`` it holds :func:`kept_kl_mask`) and
-    ``mopd_kl_start`` (thought skipping), and verl's ``rollout_is_weights`` when
-    ``use_rollout_is_weights`` is set (as the public UI-MOPD release weights its KL).
-
-    Returns:
-        (bs, response_len) per-token losses (gated samples exactly 0, with exactly 0 gradient),
-        and :func:`k3_metrics` (all but ``mopd/k3_mean``) as ``verl.utils.metric.Metric`` values,
-        logged as ``actor/...``. ``mopd/k3_mean_kl_on`` and ``mopd/kl_mask_on_fraction`` are per
-        micro-batch, and verl logs the MEAN of the per-micro-batch values (and over DP ranks), not
-        a token mean over the step; the SUM metrics add up to exact totals. Micro-batches of
-        padding rows only log nothing (:func:`mopd_distillation_ppo_loss`).
-    """
-    from verl.utils.metric import AggregationType, Metric
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    loss_config = distillation_config.distillation_loss
-    if loss_config.use_policy_gradient:
-        raise ValueError(
-            "distillation.distillation_loss.use_policy_gradient=True with loss_mode=mopd_k3: mopd_k3 is "
-            "backpropagated as a supervised loss (its gradient is that of the forward KL); set "
-            "use_policy_gradient=false, or use loss_mode=k1 for the policy-gradient (reverse KL) variant."
-        )
-    student_logp_BT = no_padding_2_padding(model_output["log_probs"], data)
-    teacher_logp_BT = no_padding_2_padding(data[TEACHER_LOGPROBS_KEY], data).squeeze(-1)
-    is_weights_BT = None
-    if getattr(loss_config, "use_rollout_is_weights", False) and "rollout_is_weights" in data.keys():
-        is_weights_BT = padded(data["rollout_is_weights"]).to(student_logp_BT.dtype)
-    k3_BT, _, stats = gated_k3(
-        student_logp_BT, teacher_logp_BT, padded(data["response_mask"]).bool(),
-        kl_mask_B=_field(data, KL_MASK_KEY), kl_start_B=_field(data, KL_START_KEY), token_weight_BT=is_weights_BT,
-        linear_above=getattr(loss_config, "k3_linear_above", K3_LINEAR_ABOVE),
-        clamp_below=getattr(loss_config, "k3_clamp_below", K3_CLAMP_BELOW),
-    )
-    return k3_BT, {name: Metric(AggregationType[K3_METRIC_AGGREGATION[name]], value) for name, value in stats.items()}
-
-
-def _response_tokens(data) -> int:
-    mask = data["response_mask"]
-    return int((mask.values() if getattr(mask, "is_nested", False) else mask).sum())
-
-
-def mopd_distillation_ppo_loss(config, distillation_config, model_output: dict | None = None, data=None,
-                               dp_group=None, student_logits: torch.Tensor | None = None, data_format: str = "thd"):
-    """verl's ``distillation_ppo_loss``, also on a micro-batch with no response token.
-
-    verl 0.9.1's ``distillation_loss`` logs ``distillation/loss_min`` / ``_max`` as ``.min()`` /
-    ``.max()`` of the per-token loss over the micro-batch's response tokens
-    (``compute_distillation_loss_range``), which raises on a micro-batch made only of verl's
-    synthetic padding rows (``_balance_batch`` pads a step whose groups lost samples; four padding
-    rows fill one fixed-size micro-batch of 4). There the distillation term is exactly 0 (a sum
-    over no token), so this returns what verl's formula gives: verl's own ``ppo_loss`` when task
-    rewards or the policy gradient are on (else a zero tied to the graph) and
-    ``distillation/loss = 0``. It logs every metric a micro-batch with tokens logs, since verl's
-    ``Metric.aggregate_dp`` refuses data-parallel ranks with unequal value counts: ours from
-    :func:`compute_mopd_k3` (sums of 0 over no token, as for a micro-batch whose KL is all gated
-    off) and verl's ``distillation/loss_min`` / ``_max`` as +inf / -inf, neutral for their MIN / MAX
-    aggregation. Any other call is verl's function unchanged. Same arguments as verl's.
-    """
-    from verl.trainer.distillation.losses import distillation_ppo_loss
-    from verl.utils.metric import AggregationType, Metric
-    from verl.workers.utils.losses import ppo_loss
-
-    if student_logits is not None or _response_tokens(data) > 0:
-        return distillation_ppo_loss(config, distillation_config, model_output=model_output, data=data,
-                                     dp_group=dp_group, student_logits=student_logits, data_format=data_format)
-    loss_config = distillation_config.distillation_loss
-    log_probs = model_output["log_probs"]
-    zero = (log_probs.values() if getattr(log_probs, "is_nested", False) else log_probs).sum() * 0.0
-    if loss_config.use_task_rewards or loss_config.use_policy_gradient:
-        policy_loss, metrics = ppo_loss(config, model_output, data, dp_group)
-        if not loss_config.use_task_rewards:
-            policy_loss = zero
-    else:
-        policy_loss, metrics = zero, {}
-    _, k3_metrics = compute_mopd_k3(config, distillation_config, model_output, data)
-    metrics.update(k3_metrics)
-    metrics["distillation/loss_min"] = Metric(AggregationType.MIN, math.inf)
-    metrics["distillation/loss_max"] = Metric(AggregationType.MAX, -math.inf)
-    metrics["distillation/loss"] = Metric(value=zero.detach(), aggregation=AggregationType.SUM)
-    return policy_loss, metrics
-
-
-# ----------------------------------------------------------------------------------------------
-# registration: the loss mode lives with the loss it names
-# ----------------------------------------------------------------------------------------------
-
-MOPD_LOSS_MODE = "mopd_k3"
-
-
-def register_loss() -> None:
-    """``mopd_k3`` (:func:`compute_mopd_k3`) into verl's ``DISTILLATION_LOSS_REGISTRY``; idempotent.
-
-    Reuses verl's ``register_distillation_loss`` with ``use_estimator=True`` (one log-prob per
-    sampled token). Raises if another function already holds the name.
-    """
-    from verl.trainer.distillation.losses import (
-        DISTILLATION_LOSS_REGISTRY,
-        DistillationLossSettings,
-        register_distillation_loss,
-    )
-
-    registered = DISTILLATION_LOSS_REGISTRY.get(MOPD_LOSS_MODE)
-    if registered is not None and registered is not compute_mopd_k3:
-        raise RuntimeError(
-            f"distillation loss mode {MOPD_LOSS_MODE!r} is already registered by "
-            f"{registered.__module__}.{registered.__qualname__}, not by verl_mopd"
-        )
-    if registered is None:
-        register_distillation_loss(DistillationLossSettings(names=[MOPD_LOSS_MODE], use_estimator=True))(
-            compute_mopd_k3
-        )
-
-
-def is_registered() -> bool:
-    """Whether ``mopd_k3`` is in verl's distillation-loss registry (imports verl)."""
-    from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY
-
-    return MOPD_LOSS_MODE in DISTILLATION_LOSS_REGISTRY
-
-
-def require_registered(where: str = "this process") -> None:
-    """Raise a clear error if ``mopd_k3`` is not registered (verl hides plugin failures)."""
-    if not is_registered():
-        import os
-
-        raise RuntimeError(
-            f"loss_mode={MOPD_LOSS_MODE} is not registered in {where}. verl loads it through the "
-            "'verl.plugins' entry point of the verl-mopd package: check that verl-mopd is installed in "
-            "this environment (pip install -e . from its clone), that VERL_USE_EXTERNAL_PLUGINS "
-            f"(now {os.getenv('VERL_USE_EXTERNAL_PLUGINS', 'auto')!r}) is 'auto' or lists 'verl_mopd', "
-            "and look above for a 'verl-mopd plugin failed' warning."
-        )

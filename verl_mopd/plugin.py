@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 
 def _register_loss() -> None:
-    from verl_mopd.losses import register_loss
+    from verl_mopd.verl_loss import register_loss
 
     register_loss()
 
@@ -33,7 +33,7 @@ def _register_trainers() -> None:
 #: modules: a package's ``__init__`` imports its registry module and the base classes our
 #: subclasses need, so both are complete when it is.
 REGISTRIES: dict[str, Callable[[], None]] = {
-    "verl.trainer.distillation": _register_loss,  # DISTILLATION_LOSS_REGISTRY (losses.py)
+    "verl.trainer.distillation": _register_loss,  # DISTILLATION_LOSS_REGISTRY (verl_loss.py)
     "verl.trainer.ppo.v1": _register_trainers,  # TRAINER_REGISTRY (trainer_base.py)
 }
 
@@ -41,7 +41,7 @@ REGISTRIES: dict[str, Callable[[], None]] = {
 def register() -> None:
     """Register verl-mopd into verl's registries, and correct what the recipes need corrected upstream.
 
-    - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.losses.register_loss`, which lives with
+    - distillation loss mode ``mopd_k3`` (:func:`verl_mopd.verl_loss.register_loss`, which lives with
       the loss it registers), so ``distillation.distillation_loss.loss_mode=mopd_k3`` selects it in
       any verl run;
     - the v1 trainers ``mopd_sync`` / ``mopd_separate_async`` / ``mopd_colocate_async``

@@ -42,8 +42,9 @@ def simulated_response(answer: str, domain: str, rng: random.Random) -> str:
 def recipe_mopd_and_teachers():
     """recipe.yaml composed as verl would (hydra + verl-mopd's defaults): its ``mopd`` block, and
     ``{domain: model_path}`` of the teachers it declares in verl's ``distillation.teacher_models``."""
+    from verl_mopd.checks.recipe_cli import compose_recipe
+    from verl_mopd.checks.validate import run_teachers
     from verl_mopd.config import MOPDConfig
-    from verl_mopd.trainer.validate import compose_recipe, run_teachers
 
     config = compose_recipe(str(HERE / "recipe.yaml"))
     mopd = MOPDConfig.from_mapping(config.mopd)  # the whole mopd block: the gate and the routing key

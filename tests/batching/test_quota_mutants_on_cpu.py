@@ -182,7 +182,7 @@ def test_quotas_follow_the_cumulative_deficit_over_batches():
 def test_bad_shares_are_named(shares, message):
     with pytest.raises(ValueError) as err:
         QuotaConfig(shares=shares)
-    assert str(err.value) == "invalid quota config:\n  " + message
+    assert str(err.value) == "invalid quota config:\n  - " + message
 
 
 def test_every_config_error_is_listed_one_a_line():
@@ -190,9 +190,9 @@ def test_every_config_error_is_listed_one_a_line():
         QuotaConfig(shares={"a": 1.0}, max_wait_seconds=float("inf"), backpressure_ahead_batches=-1)
     assert str(err.value) == (
         "invalid quota config:\n"
-        "  quota.max_wait_seconds=inf; must be a finite number of seconds >= 0 (default 600): a domain whose "
+        "  - quota.max_wait_seconds=inf; must be a finite number of seconds >= 0 (default 600): a domain whose "
         "rollouts hang finishes no group, so only this bound ends the wait\n"
-        "  quota.backpressure_ahead_batches=-1; must be an int >= 0")
+        "  - quota.backpressure_ahead_batches=-1; must be an int >= 0")
 
 
 def test_shares_are_stored_as_floats_keyed_by_name():

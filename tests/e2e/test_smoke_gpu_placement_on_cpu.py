@@ -76,7 +76,7 @@ def cluster():
 
 
 def test_the_gpu_smoke_fits_one_gpu_and_16_cpus(cluster):
-    from verl_mopd.trainer.cluster_checks import _check_colocated_slots
+    from verl_mopd.checks.cluster_checks import _check_colocated_slots
 
     cfg = _compose()
     trainer = _verl_pools(cfg)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from verl.utils.config import omega_conf_to_dataclass
 
 from verl_mopd.testing.smoke import PROFILES
-from verl_mopd.trainer.validate import validate
+from verl_mopd.checks.validate import validate
 
 RECIPES = pathlib.Path(__file__).parents[2] / "recipes" / "ui_mopd"
 

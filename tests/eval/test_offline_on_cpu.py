@@ -8,11 +8,11 @@ import time
 
 import pytest
 from _eval_fixtures import CASES, RESPONSES, png, rows, write_parquet
+from commands import eval_ as eval_main
 from local_http import LocalJSONServer
 
-from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy, run_bounded
-from commands import eval_ as eval_main
-from verl_mopd.eval.messages import expand_images, to_openai
+from verl_mopd.clients import ClientError, OpenAIClient, RetryPolicy, run_bounded, to_openai
+from verl_mopd.eval.messages import expand_images
 from verl_mopd.eval.offline import evaluate, format_table, load_samples, metrics, read_results, score_sample
 from verl_mopd.rewards import compute_score
 

@@ -23,7 +23,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl_mopd.demo.models import build_tokenizer
 from verl_mopd.trainer import hooks
 from verl_mopd.trainer.mopd_trainer import MOPDTrainerMixin
-from verl_mopd.trainer.validate import compose_recipe
+from verl_mopd.checks.recipe_cli import compose_recipe
 
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "custom_trainer"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from verl_mopd.trainer.validate import compose_recipe, validate_recipe_cli
+from verl_mopd.checks.recipe_cli import compose_recipe, validate_recipe_cli
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"

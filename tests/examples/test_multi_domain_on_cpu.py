@@ -20,7 +20,8 @@ from verl_mopd.config import MOPDConfig
 from verl_mopd.teachers.router import UnknownRouteError, merge, routing_keys, split
 from verl_mopd.trainer import hooks
 from verl_mopd.trainer.gate import compute_reward_gate
-from verl_mopd.trainer.validate import compose_recipe, run_teachers, validate, validate_recipe_cli
+from verl_mopd.checks.recipe_cli import compose_recipe, validate_recipe_cli
+from verl_mopd.checks.validate import run_teachers, validate
 
 ROOT = Path(__file__).parents[2]
 HERE = ROOT / "examples" / "multi_domain_text"

@@ -90,7 +90,7 @@ def test_without_padding_tags_every_sample_is_real():
 def test_a_missing_responses_field_is_named_when_the_thought_is_skipped():
     tq = InMemoryTQ()
     batch = _store(tq, _rows(with_responses=False))
-    with pytest.raises(KeyError, match=re.escape("the reward gate needs stored fields ['responses']; the step's "
+    with pytest.raises(ValueError, match=re.escape("the reward gate needs stored fields ['responses']; the step's "
                                                  "samples have ['extra_fields', 'platform', 'response_mask', "
                                                  "'rm_scores', 'uid']")):
         write_reward_gate(batch, MOPDConfig(kl_skip_thought=True), tq=tq, think_end_token_id=THINK)
@@ -140,14 +140,14 @@ def test_gate_metric_errors_name_what_the_samples_have():
     rows = _rows(extras=False)
     for r in rows:
         del r["task"], r["rm_scores"], r["platform"], r["responses"]
-    with pytest.raises(KeyError, match=re.escape(
+    with pytest.raises(ValueError, match=re.escape(
             "mopd.gate_metric='acc' is neither a stored field nor in extra_fields (the samples have "
             "['response_mask', 'uid']); use 'rm_scores' or a key the reward function returns")):
         compute_reward_gate(MOPDConfig(), _tensordict(rows))
     for bad in ("not a dict", {"other": 1}):
         rows = _rows()
         rows[0]["extra_fields"] = bad
-        with pytest.raises(KeyError, match=re.escape(
+        with pytest.raises(ValueError, match=re.escape(
                 "mopd.gate_metric='acc' is not in sample 0's reward extras (extra_fields.reward_extra_info keys: "
                 "[]); use 'rm_scores' or a key that the reward function returns "
                 "(verl_mopd.rewards.compute_score returns 'acc')")):

@@ -16,11 +16,12 @@ from verl.workers.utils.losses import ppo_loss
 
 from _microbatch import build_microbatch
 from _tq_memory import InMemoryTQ
-from verl_mopd import losses, plugin
+from verl_mopd import plugin, verl_loss
 from verl_mopd.config import MOPDDistillationLossConfig
 from verl_mopd.config import MOPDConfig
-from verl_mopd.losses import compute_mopd_k3, k3_kl
+from verl_mopd.losses import k3_kl
 from verl_mopd.trainer.gate import compute_reward_gate, write_reward_gate
+from verl_mopd.verl_loss import compute_mopd_k3
 
 BETA = 0.01
 
@@ -43,7 +44,7 @@ def test_plain_import_verl_registers_mopd_k3_through_the_entry_point():
     out = _run(
         "import verl\n"
         "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
-        "from verl_mopd.losses import compute_mopd_k3\n"
+        "from verl_mopd.verl_loss import compute_mopd_k3\n"
         "assert R['mopd_k3'] is compute_mopd_k3, R.get('mopd_k3')\n"
         "print('registered')"
     )
@@ -55,7 +56,8 @@ def test_the_entry_point_imports_nothing_of_verls_trainer_and_every_registry_sti
     """`import verl` costs what verl costs: the registries fill when verl's modules holding them load."""
     out = _run(
         "import sys, verl\n"
-        "late = ('verl.trainer.distillation', 'verl.trainer.ppo.v1', 'verl_mopd.losses', 'verl_mopd.trainer.mopd_trainer')\n"
+        "late = ('verl.trainer.distillation', 'verl.trainer.ppo.v1', 'verl_mopd.losses', 'verl_mopd.verl_loss',\n"
+        "        'verl_mopd.trainer.mopd_trainer')\n"
         "print('after import verl:', [m for m in late if m in sys.modules])\n"
         "from verl.trainer.ppo.v1 import get_trainer_cls\n"
         "from verl_mopd.trainer import mopd_trainer as m\n"
@@ -63,7 +65,7 @@ def test_the_entry_point_imports_nothing_of_verls_trainer_and_every_registry_sti
         "         'mopd_colocate_async': m.MOPDTrainerColocateAsync}\n"
         "print('trainers:', all(get_trainer_cls(n) is c for n, c in names.items()))\n"
         "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
-        "from verl_mopd.losses import compute_mopd_k3\n"
+        "from verl_mopd.verl_loss import compute_mopd_k3\n"
         "print('loss:', R['mopd_k3'] is compute_mopd_k3)\n"
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -120,10 +122,10 @@ def test_a_strict_after_import_callback_fails_the_import(tmp_path, monkeypatch):
 def test_disabled_plugins_give_a_clear_error_and_a_failing_plugin_warns():
     code = (
         "import warnings, verl\n"
-        "from verl_mopd import losses\n"
-        "assert not losses.is_registered()\n"
+        "from verl_mopd import verl_loss\n"
+        "assert not verl_loss.is_registered()\n"
         "try:\n"
-        "    losses.require_registered('the driver')\n"
+        "    verl_loss.require_registered('the driver')\n"
         "except RuntimeError as e:\n"
         "    print('ERROR:', e)\n"
         "from verl.trainer.distillation.losses import DISTILLATION_LOSS_REGISTRY as R\n"
@@ -147,7 +149,7 @@ def test_register_is_idempotent():
     plugin.register()
     plugin.register()
     assert DISTILLATION_LOSS_REGISTRY["mopd_k3"] is compute_mopd_k3
-    losses.require_registered()
+    verl_loss.require_registered()
 
 
 def test_loss_config_refuses_settings_that_defeat_mopd_k3():
@@ -308,7 +310,7 @@ def test_a_micro_batch_of_padding_rows_only_trains_like_the_rest():
     token). The trainer's loss (``hooks.distillation_loss_fn``) trains through it: the micro-batch
     losses and gradients add up to those of the whole mini-batch in one micro-batch. (That the trainer
     gives the actor this function: test_mopd_trainer_on_cpu::test_distillation_loss_fn_for_worker_backend_teachers.)"""
-    from verl_mopd.losses import mopd_distillation_ppo_loss
+    from verl_mopd.verl_loss import distillation_ppo_loss_on_any_micro_batch
 
     prompt_lens, resp_lens, gate = [3, 5, 2, 4, 7, 7, 7, 7], [4, 2, 6, 3, 1, 1, 1, 1], [1, 0, 1, 1, 0, 0, 0, 0]
     actor, dist = _configs("megatron")
@@ -335,7 +337,7 @@ def test_a_micro_batch_of_padding_rows_only_trains_like_the_rest():
         if part[0] == 4:
             with pytest.raises(RuntimeError, match="numel\\(\\) == 0"):  # verl's own function, unchanged
                 distillation_ppo_loss(actor, dist, model_output=sub_out, data=sub)
-        loss, metrics = mopd_distillation_ppo_loss(actor, dist, model_output=sub_out, data=sub)
+        loss, metrics = distillation_ppo_loss_on_any_micro_batch(actor, dist, model_output=sub_out, data=sub)
         loss.backward()
         total += loss.item()
         grad += flat.grad
@@ -499,7 +501,7 @@ def test_the_gate_marks_a_thought_cut_off_at_the_length_limit():
 def test_gate_errors_name_the_field():
     tq = InMemoryTQ()
     batch = _store_step(tq)
-    with pytest.raises(KeyError, match="mopd.gate_metric='format_ok'"):
+    with pytest.raises(ValueError, match="mopd.gate_metric='format_ok'"):
         write_reward_gate(batch, MOPDConfig(gate_metric="format_ok"), tq=tq)
     with pytest.raises(ValueError, match="mopd.normalization='tokens'"):
         MOPDConfig(normalization="tokens")

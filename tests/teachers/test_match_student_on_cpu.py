@@ -12,7 +12,8 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3VLConfig
 from verl_mopd.errors import ConfigError
 from verl_mopd.teachers.config import compare_with_student
 from verl_mopd.config import MOPDConfig
-from verl_mopd.trainer.validate import compose_recipe, validate
+from verl_mopd.checks.recipe_cli import compose_recipe
+from verl_mopd.checks.validate import validate
 
 ROOT = pathlib.Path(__file__).parents[2]
 SMALL = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_small.yaml"

@@ -76,7 +76,7 @@ def test_bad_weights_and_params_b_values_name_the_field():
 
 
 def test_validate_recipe_prints_the_plan_and_refuses_what_cannot_fit(capsys, monkeypatch):
-    from verl_mopd.trainer.validate import validate_recipe_cli
+    from verl_mopd.checks.recipe_cli import validate_recipe_cli
 
     monkeypatch.setenv("CKPT_DIR", "/mnt/ckpt")
     recipe = "recipes/ui_mopd/stage2_mopd_qwen3vl8b.yaml"

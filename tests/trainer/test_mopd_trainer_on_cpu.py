@@ -106,8 +106,8 @@ def test_registration_check_fails_loudly(monkeypatch):
 
 
 def test_distillation_loss_fn_for_worker_backend_teachers():
-    from verl_mopd.losses import (
-        mopd_distillation_ppo_loss as distillation_ppo_loss,  # verl's, any micro-batch
+    from verl_mopd.verl_loss import (
+        distillation_ppo_loss_on_any_micro_batch as distillation_ppo_loss,  # verl's, any micro-batch
     )
 
     fn = mopd_trainer.distillation_loss_fn(compose_mopd())

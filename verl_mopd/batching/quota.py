@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from verl.base_config import BaseConfig
 
+from verl_mopd.errors import ConfigError
+
 
 @dataclass(kw_only=True)
 class QuotaConfig(BaseConfig):
@@ -75,7 +77,7 @@ class QuotaConfig(BaseConfig):
                 f"quota.backpressure_ahead_batches={self.backpressure_ahead_batches!r}; must be an int >= 0"
             )
         if errors:
-            raise ValueError("invalid quota config:\n  " + "\n  ".join(errors))
+            raise ConfigError(errors, "quota config")
         object.__setattr__(self, "shares", {str(k): float(v) for k, v in shares.items()})
 
 

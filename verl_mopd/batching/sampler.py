@@ -39,6 +39,7 @@ from verl.trainer.ppo.v1.replay_buffer import (
 )
 from verl.utils.skip import SkipManager
 
+from verl_mopd.errors import ConfigError
 from verl_mopd.files import atomic_write
 
 from .groups import KL_ONLY, MIXED, UNIFORM_GROUP_MODES, GroupVerdict, classify_group, read_env_failure
@@ -112,7 +113,7 @@ class BatchingConfig(BaseConfig):
         if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not 0 <= backoff < float("inf"):
             errors.append(f"refill_backoff_max_seconds={backoff!r}; must be a finite number >= 0")
         if errors:
-            raise ValueError("invalid trainer.v1.sampler.sampler_kwargs:\n  " + "\n  ".join(errors))
+            raise ConfigError(errors, "trainer.v1.sampler.sampler_kwargs")
 
     @classmethod
     def from_sampler_kwargs(cls, sampler_kwargs: Mapping | DictConfig | None) -> BatchingConfig:
@@ -123,7 +124,7 @@ class BatchingConfig(BaseConfig):
         allowed = {f for f in cls.__dataclass_fields__ if not f.startswith("_")}
         unknown = sorted(set(raw) - allowed)
         if unknown:
-            raise ValueError(f"unknown trainer.v1.sampler.sampler_kwargs keys {unknown}; allowed: {sorted(allowed)}")
+            raise ConfigError([f"unknown keys {unknown}; allowed: {sorted(allowed)}"], "trainer.v1.sampler.sampler_kwargs")
         if "quota" in raw:
             quota = raw["quota"]
             raw["quota"] = quota if isinstance(quota, QuotaConfig) else QuotaConfig(**dict(quota))

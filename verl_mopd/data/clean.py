@@ -37,6 +37,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from verl_mopd.data.images import MISSING, ImageIndex
 from verl_mopd.data.schema import PARSE, Drop, SchemaError, Step, Trajectory, step_action, step_bbox
+from verl_mopd.errors import ConfigError
 from verl_mopd.rewards.actions import (
     ACTION_SPECS,
     DEFAULT_PROMPT_ACTIONS,
@@ -86,7 +87,7 @@ class CleanConfig:
         if self.missing_verdict not in MISSING_VERDICTS:
             errors.append(f"missing_verdict={self.missing_verdict!r}: allowed {list(MISSING_VERDICTS)}")
         if errors:
-            raise ValueError("invalid cleaning config: " + "; ".join(errors))
+            raise ConfigError(errors, "cleaning config")
         object.__setattr__(self, "rules", tuple(r for r in RULES if r in self.rules))
 
 

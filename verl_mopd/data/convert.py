@@ -58,6 +58,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import ImageIndex, read_screenshot
 from verl_mopd.data.schema import Step, Trajectory, step_action, step_bbox
+from verl_mopd.errors import ConfigError
 from verl_mopd.rewards.actions import DEFAULT_PROMPT_ACTIONS, PLATFORMS
 from verl_mopd.rewards.prompts import USER_TEMPLATE, render_tool_call, system_prompt
 
@@ -103,7 +104,7 @@ class ConvertConfig:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             errors.append(f"workers={self.workers!r}: must be an integer >= 1")
         if errors:
-            raise ValueError("invalid conversion config: " + "; ".join(errors))
+            raise ConfigError(errors, "conversion config")
 
 
 # ----------------------------------------------------------------------------- rows

@@ -43,6 +43,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from verl_mopd.data.images import identify, read_screenshot
 from verl_mopd.data.schema import Step, Trajectory
+from verl_mopd.errors import ConfigError
 from verl_mopd.files import atomic_write, json_text
 
 SCORE_THRESHOLD = 70.0
@@ -184,7 +185,7 @@ class JudgeConfig:
         if not (isinstance(self.timeout_s, (int, float)) and self.timeout_s > 0):
             errors.append(f"timeout_s={self.timeout_s!r}: must be > 0")
         if errors:
-            raise ValueError("invalid judge config: " + "; ".join(errors))
+            raise ConfigError(errors, "judge config")
 
 
 JUDGE_PROMPT = """You review a recorded GUI-agent trajectory ({platform}).

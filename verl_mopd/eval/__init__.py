@@ -2,8 +2,8 @@
 
 - :mod:`.offline`: verl parquet -> model -> :func:`verl_mopd.rewards.compute_score` -> per-platform
   parse rate, action-type accuracy, grounding accuracy, step success, reward histogram.
-- :mod:`.clients`: OpenAI-compatible HTTP client (bounded concurrency, retries with backoff) and a
-  local ``transformers`` client.
+- :mod:`.messages`: chat messages with screenshots in the one neutral layout the clients
+  (:mod:`verl_mopd.clients`: OpenAI-compatible HTTP, local ``transformers``) read.
 - :mod:`.osworld`, :mod:`.mobileworld`: agents for the official harnesses (pyautogui code /
   MobileWorld ``JSONAction``), 30-step budget.
 - :mod:`.merge`: weight-average and TIES (peft's ``merge_utils.ties``) checkpoint merges.

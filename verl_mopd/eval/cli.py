@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from verl_mopd.errors import UsageError
+from verl_mopd.errors import ConfigError, UsageError
 from verl_mopd.files import refuse_overwrite
 from verl_mopd.rewards.score import MODES, PRESETS, make_configs
 
@@ -91,7 +91,7 @@ def _offline(args: argparse.Namespace) -> int:
     try:
         make_configs(**reward_kwargs)
     except (ValueError, TypeError) as e:
-        raise UsageError(f"--reward-kwargs: {e}") from None
+        raise UsageError(f"--reward-kwargs: {'; '.join(e.errors) if isinstance(e, ConfigError) else e}") from None
     for option, value in (("--max-in-flight", args.max_in_flight), ("--max-tokens", args.max_tokens)):
         if value < 1:
             raise UsageError(f"{option}={value}: must be >= 1")

@@ -38,7 +38,7 @@ from typing import Iterator
 
 import torch
 
-from verl_mopd.errors import UsageError
+from verl_mopd.errors import ConfigError, UsageError
 from verl_mopd.files import refuse_overwrite
 
 METHODS = ("average", "ties")
@@ -99,7 +99,7 @@ class MergeConfig:
         if self.compute_dtype not in ("float32", "float64"):
             errors.append(f"compute_dtype={self.compute_dtype!r}: allowed ['float32', 'float64']")
         if errors:
-            raise ValueError("invalid merge config: " + "; ".join(errors))
+            raise ConfigError(errors, "merge config")
         object.__setattr__(self, "resolved_weights", tuple(float(w) for w in weights))
 
 

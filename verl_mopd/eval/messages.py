@@ -6,18 +6,16 @@ The neutral layout is verl's (``verl/utils/dataset/rl_dataset.py::_build_message
 turns a parquet row's ``prompt`` (strings with ``<image>`` placeholders) plus its ``images`` column
 (dicts with ``bytes`` or ``path``, or plain paths, as verl's RLHFDataset reads them) into it, so
 the model sees exactly the interleaving the trainer built. Clients then convert:
-:func:`to_openai` (``image_url`` data URIs) or the transformers client (PIL images).
+:func:`verl_mopd.clients.to_openai` (``image_url`` data URIs) or the transformers client (PIL images).
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from typing import Any, Iterable, Mapping
 
 _PLACEHOLDER = re.compile(r"(<image>)")
-_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
 
 
 def image_bytes(image: Any, where: str = "images") -> bytes:
@@ -50,15 +48,6 @@ def image_bytes(image: Any, where: str = "images") -> bytes:
 
 def _keys(d: Mapping) -> str:
     return "{" + ", ".join(repr(k) for k in d) + "}"
-
-
-def mime_type(data: bytes) -> str:
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "image/png"
 
 
 def expand_images(prompt: Iterable[Mapping[str, Any]], images: list[Any] | None) -> list[dict[str, Any]]:
@@ -108,33 +97,3 @@ def expand_images(prompt: Iterable[Mapping[str, Any]], images: list[Any] | None)
     if used != len(images):
         raise ValueError(f"{len(images)} images but {used} <image> placeholders in the prompt")
     return out
-
-
-def to_openai(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Neutral messages -> OpenAI chat format (images as base64 ``data:`` URLs)."""
-    out = []
-    for m in messages:
-        content = m["content"]
-        if isinstance(content, str):
-            out.append({"role": m["role"], "content": content})
-            continue
-        parts = []
-        for p in content:
-            if p["type"] == "text":
-                parts.append({"type": "text", "text": p["text"]})
-            else:
-                data = p["image"]
-                url = f"data:{mime_type(data)};base64,{base64.b64encode(data).decode('ascii')}"
-                parts.append({"type": "image_url", "image_url": {"url": url}})
-        out.append({"role": m["role"], "content": parts})
-    return out
-
-
-def image_size(data: bytes) -> tuple[int, int]:
-    """``(width, height)`` of encoded image bytes (PIL)."""
-    import io
-
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as im:
-        return im.size

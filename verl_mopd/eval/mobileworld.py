@@ -62,6 +62,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
+from verl_mopd.clients import to_openai
 from verl_mopd.eval.agent import (
     DEFAULT_MAX_STEPS,
     DEFAULT_USER_TEMPLATE,
@@ -72,7 +73,6 @@ from verl_mopd.eval.agent import (
     screenshot_size,
     to_png,
 )
-from verl_mopd.eval.messages import to_openai
 from verl_mopd.rewards import Action
 from verl_mopd.rewards.actions import normalize_key
 

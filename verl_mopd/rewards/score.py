@@ -42,6 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from rapidfuzz.distance import Levenshtein
 
+from verl_mopd.errors import ConfigError
 from verl_mopd.rewards.actions import TOOL_NAMES, Action, normalize_key, platform_of_tool
 from verl_mopd.rewards.parse import DEFAULT_PARSE_CONFIG, ParseConfig, ParseError, parse_action
 from verl_mopd.rewards.truth import (
@@ -125,7 +126,7 @@ class ScoreConfig:
         if self.bad_truth not in _BAD_TRUTH:
             errors.append(f"bad_truth={self.bad_truth!r}: allowed {list(_BAD_TRUTH)}")
         if errors:
-            raise ValueError("invalid reward config: " + "; ".join(errors))
+            raise ConfigError(errors, "reward config")
 
     def level_score(self, level: str) -> float:
         if level not in LEVELS:
@@ -497,6 +498,34 @@ def _ui_mopd(solution_str: Any, ground_truth: Any, extra_info: Any) -> dict:
 _DEFAULT_SCORE = ScoreConfig()
 
 
+def _user_kwargs(mode: str, reward_kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The keyword arguments of :func:`compute_score` that are the user's (verl's own removed), after
+    checking ``mode`` and that ``ui_mopd`` mode gets none."""
+    user_kwargs = {k: v for k, v in reward_kwargs.items() if k not in _VERL_KWARGS} if reward_kwargs else reward_kwargs
+    if mode == "ui_mopd" and user_kwargs:
+        raise ValueError(f"mode='ui_mopd' reproduces the release and takes no tolerances; got {sorted(user_kwargs)}")
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: allowed {list(MODES)}")
+    return user_kwargs
+
+
+#: the release's reward levels (``verl_mopd.rewards.ui_mopd.release_score``): invalid, partial, correct
+RELEASE_LEVELS = (-1.0, -0.5, 1.0)
+
+
+def reward_levels(mode: str = "strict", **reward_kwargs: Any) -> tuple[float, ...]:
+    """The scores :func:`compute_score` gives with these keyword arguments (a recipe's
+    ``reward.custom_reward_function.reward_kwargs``), lowest first: strict mode's ``invalid``,
+    ``partial`` and ``correct`` (:class:`ScoreConfig`, presets included), or the release's
+    :data:`RELEASE_LEVELS` in ``ui_mopd`` mode. Raises ``ValueError`` for the keyword arguments
+    :func:`compute_score` refuses, so a recipe's are checked before a run."""
+    user_kwargs = _user_kwargs(mode, reward_kwargs)
+    if mode == "ui_mopd":
+        return RELEASE_LEVELS
+    score_cfg = make_configs(**user_kwargs)[0] if user_kwargs else _DEFAULT_SCORE
+    return tuple(sorted({score_cfg.invalid, score_cfg.partial, score_cfg.correct}))
+
+
 def compute_score(
     data_source: Any = None,
     solution_str: Any = "",
@@ -526,15 +555,9 @@ def compute_score(
         ``action_match``, ``args_match`` (floats 0/1), ``reason`` and ``platform`` (strings).
         Always the same keys.
     """
-    user_kwargs = {k: v for k, v in reward_kwargs.items() if k not in _VERL_KWARGS} if reward_kwargs else reward_kwargs
+    user_kwargs = _user_kwargs(mode, reward_kwargs)
     if mode == "ui_mopd":
-        if user_kwargs:
-            raise ValueError(
-                f"mode='ui_mopd' reproduces the release and takes no tolerances; got {sorted(user_kwargs)}"
-            )
         return _ui_mopd(solution_str, ground_truth, extra_info)
-    if mode != "strict":
-        raise ValueError(f"mode={mode!r}: allowed {list(MODES)}")
     score_cfg, parse_cfg = make_configs(**user_kwargs) if user_kwargs else (_DEFAULT_SCORE, DEFAULT_PARSE_CONFIG)
     try:
         extra = extra_info if type(extra_info) is dict else extra_mapping(extra_info)

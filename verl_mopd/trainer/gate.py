@@ -48,7 +48,7 @@ def _gate_metric(mopd_config: MOPDConfig, data: TensorDict) -> torch.Tensor:
     if name in data.keys():
         return torch.as_tensor([float(v) for v in _as_list(data[name])], dtype=torch.float32)
     if REWARD_EXTRAS_FIELD not in data.keys():
-        raise KeyError(
+        raise ValueError(
             f"mopd.gate_metric={name!r} is neither a stored field nor in extra_fields (the samples have "
             f"{sorted(data.keys())}); use 'rm_scores' or a key the reward function returns"
         )
@@ -57,7 +57,7 @@ def _gate_metric(mopd_config: MOPDConfig, data: TensorDict) -> torch.Tensor:
     for i, extra in enumerate(extras):
         info = (extra or {}).get("reward_extra_info", {}) if isinstance(extra, dict) else {}
         if name not in info:
-            raise KeyError(
+            raise ValueError(
                 f"mopd.gate_metric={name!r} is not in sample {i}'s reward extras "
                 f"(extra_fields.reward_extra_info keys: {sorted(info)}); use 'rm_scores' or a key that "
                 "the reward function returns (verl_mopd.rewards.compute_score returns 'acc')"
@@ -195,7 +195,7 @@ def write_reward_gate(
     required = [mopd_config.group_key, "response_mask"] + (["responses"] if mopd_config.kl_skip_thought else [])
     missing = [f for f in required if f not in data.keys()]
     if missing:
-        raise KeyError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(data.keys())}")
+        raise ValueError(f"the reward gate needs stored fields {missing}; the step's samples have {sorted(data.keys())}")
     is_padding = [bool(tag.get("is_padding", False)) for tag in batch.tags] if batch.tags else None
     out, metrics = compute_reward_gate(mopd_config, data, is_padding=is_padding, think_end_token_id=think_end_token_id,
                                        max_response_length=max_response_length)

@@ -115,14 +115,14 @@ def distillation_loss_fn(config: DictConfig):
 
     What verl's ``ActorRolloutRefWorker`` builds when ``distillation.enabled`` is true; given to
     the actor with ``set_loss_fn`` when teachers run as worker groups (``distillation.enabled``
-    false, so verl starts no teacher servers). Through ``verl_mopd.losses.mopd_distillation_ppo_loss``,
-    verl's function plus a micro-batch of padding rows only. Picklable: a module-level partial.
+    false, so verl starts no teacher servers). Through
+    ``verl_mopd.verl_loss.distillation_ppo_loss_on_any_micro_batch``, verl's function plus a
+    micro-batch of padding rows only. Picklable: a module-level partial.
     """
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.config import DistillationConfig, DistillationLossConfig
 
-    from verl_mopd.losses import mopd_distillation_ppo_loss
-    from verl_mopd.losses import MOPD_LOSS_MODE
+    from verl_mopd.verl_loss import MOPD_LOSS_MODE, distillation_ppo_loss_on_any_micro_batch
 
     actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
     loss_config = omega_conf_to_dataclass(config.distillation.distillation_loss)
@@ -132,7 +132,7 @@ def distillation_loss_fn(config: DictConfig):
             f"{getattr(loss_config, 'loss_mode', loss_config)!r}"
         )
     distillation_config = DistillationConfig(enabled=False, distillation_loss=loss_config)
-    return partial(mopd_distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
+    return partial(distillation_ppo_loss_on_any_micro_batch, config=actor_config, distillation_config=distillation_config)
 
 
 def think_end_token_id(tokenizer, mopd_config) -> int | None:

@@ -33,7 +33,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from verl_mopd.batching.held import HeldPrompts
-from verl_mopd.losses import MOPD_LOSS_MODE, require_registered
+from verl_mopd.verl_loss import MOPD_LOSS_MODE, require_registered
 from verl_mopd.trainer.hooks import (  # noqa: F401  (the config readers stay importable from here)
     ROLLOUT_SYNC_LOG_ENV,
     STEP_DUMP_ENV,

@@ -7,13 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from verl_mopd import cli
-from verl_mopd.trainer.overrides import nearest_key as _nearest_key
-from verl_mopd.trainer.validate import (
-    compose_recipe,
-    partial_recipe_problem,
-    validate,
-    validate_recipe_cli,
-)
+from verl_mopd.checks.overrides import nearest_key as _nearest_key
+from verl_mopd.checks.recipe_cli import compose_recipe, partial_recipe_problem, validate_recipe_cli
+from verl_mopd.checks.validate import validate
 
 ROOT = pathlib.Path(__file__).parents[2]
 PARTIALS = sorted((ROOT / "recipes").glob("*/_*.yaml"))  # a recipe folder's partials (not a config group's)

@@ -1,6 +1,6 @@
 """Mistakes a recipe composes without complaint are one-line errors on every launch path: a ``+key``
-that nothing reads (``verl_mopd.trainer.overrides``), a gate or filter metric the reward cannot
-produce, and what the quota sampler cannot serve (``verl_mopd.trainer.validate``)."""
+that nothing reads (``verl_mopd.checks.overrides``), a gate or filter metric the reward cannot
+produce, and what the quota sampler cannot serve (``verl_mopd.checks.validate``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from verl_mopd.trainer.launch import CheckMopdBlock
-from verl_mopd.trainer.overrides import nearest_keys, unread_additions
-from verl_mopd.trainer.validate import compose_recipe, validate, validate_recipe_cli
+from verl_mopd.checks.launch import CheckRecipe
+from verl_mopd.checks.overrides import nearest_keys, unread_additions
+from verl_mopd.checks.recipe_cli import compose_recipe, validate_recipe_cli
+from verl_mopd.checks.validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "recipes" / "ui_mopd" / "stage2_mopd_small.yaml"
@@ -131,7 +132,7 @@ def test_the_nearest_keys_of_a_real_keys_tail_are_real_and_never_empty(tree, dat
 
 
 def nearest_keys_by_typo(config, tail):
-    from verl_mopd.trainer.overrides import nearest_key
+    from verl_mopd.checks.overrides import nearest_key
 
     return nearest_key(config, tail)
 
@@ -200,15 +201,25 @@ def test_what_it_can_serve_passes():
         assert not [p for p in problems if "sampler" in p or "gen_batch_size" in p], problems
 
 
+def test_the_quota_sampler_counts_the_routing_column():
+    problems, _ = validate(compose_recipe(str(SMALL), ["trainer.v1.sampler.sampler_kwargs.domain_key=domain"]))
+    assert ("trainer.v1.sampler.sampler_kwargs.domain_key='domain' but mopd.routing_key='platform': the quotas "
+            "would count one column while the teachers, the gate and the metrics read the other; set "
+            "domain_key: ${mopd.routing_key}") in problems
+    problems, _ = validate(compose_recipe(str(SMALL), ["~trainer.v1.sampler.sampler_kwargs.domain_key",
+                                                       "mopd.routing_key=device"]))
+    assert any(p.startswith("trainer.v1.sampler.sampler_kwargs.domain_key='platform' (its default) but "
+                            "mopd.routing_key='device'") for p in problems), problems
+    problems, _ = validate(compose_recipe(str(SMALL)))  # the recipes interpolate it
+    assert not [p for p in problems if "domain_key" in p]
+
+
 # ------------------------------------------------------------------ a real launch
 
 
 def test_the_callback_reports_every_problem_at_once():
     with pytest.raises(SystemExit) as stop:
-        CheckMopdBlock().on_job_start(OmegaConf.create({
-            "mopd": {"gate_metric": "rm_score"},
-            "reward": {"custom_reward_function": {"path": "pkg://verl_mopd.rewards.score", "name": "compute_score"}},
-        }))
+        CheckRecipe().on_job_start(compose_recipe(str(SMALL), ["mopd.gate_metric=rm_score"]))
     assert str(stop.value.code).startswith("verl-mopd: mopd.gate_metric='rm_score': the configured reward")
 
 

@@ -5,7 +5,7 @@ config (overrides included) must first name one of verl's (or verl-mopd's) confi
 ``verl.*`` / ``verl_mopd.*`` subclasses of verl's ``BaseConfig`` (:func:`code_target_problems`);
 anything else is a problem and nothing is converted. ``pkg://`` search paths are limited to the same
 packages, since hydra imports them while composing (:func:`searchpath_problems`). Used by
-``verl_mopd.trainer.validate``.
+``verl_mopd.checks.validate``.
 """
 
 from __future__ import annotations

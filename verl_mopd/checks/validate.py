@@ -1,16 +1,16 @@
-"""Validate a composed recipe without Ray or GPUs: verl's own checks, then ours.
+"""The cross-section checks of a composed recipe, without Ray or GPUs: verl's own checks, then ours.
 
 ``validate(config)`` returns ``(problems, warnings)`` as plain sentences. It converts every
 section verl converts to dataclasses (``omega_conf_to_dataclass``), runs verl's
-``validate_config``, and checks what verl cannot know: the ``mopd`` block, the teachers against
-the cluster, the reward gate against the group filter, the paths. ``verl-mopd validate-recipe``
-and ``python -m verl_mopd.trainer.main`` call it before anything starts.
+``validate_config``, and checks what verl cannot know: the ``mopd`` block against the data, the
+teachers against the cluster, the reward gate against the group filter (with the levels the
+configured reward gives), the quota sampler against the teachers, the paths. The launch callback
+(``verl_mopd.checks.launch``, on every hydra launch) and ``verl-mopd validate-recipe``
+(``verl_mopd.checks.recipe_cli``) both run it through :func:`validate_composed`.
 
-Validation never runs code from the recipe (``verl_mopd.trainer.recipe_safety``: every ``_target_``
+Validation never runs code from the recipe (``verl_mopd.checks.recipe_safety``: every ``_target_``
 and ``pkg://`` search path is checked first); the GPU counts, the async trainers' asserts and the
-colocation slots are ``verl_mopd.trainer.cluster_checks``. This module keeps the cross-section
-checks (the mopd block against the data, the gate against the group filter, the sampler against
-the teachers) and ``verl-mopd validate-recipe``.
+colocation slots are ``verl_mopd.checks.cluster_checks``.
 """
 
 from __future__ import annotations
@@ -25,20 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl_mopd.trainer.cluster_checks import (
+from verl_mopd.checks.cluster_checks import (
     _check_cluster,
     _check_placement_and_mode,
     checkpoint_dir_problems,
     section,
 )
-from verl_mopd.trainer.overrides import compose_error, unread_additions
-from verl_mopd.trainer.recipe_safety import code_target_problems, searchpath_problems
+from verl_mopd.checks.recipe_safety import code_target_problems
+from verl_mopd.errors import ConfigError
 
 if TYPE_CHECKING:
     from verl_mopd.config import MOPDConfig
-
-#: the reward levels each gate metric takes (verl_mopd.rewards defaults)
-METRIC_LEVELS = {"acc": (0.0, 1.0), "rm_scores": (-1.0, -0.5, 1.0), "score": (-1.0, -0.5, 1.0)}
 
 
 def _convert(config: DictConfig, path: str, problems: list[str]):
@@ -56,6 +53,11 @@ def _convert(config: DictConfig, path: str, problems: list[str]):
         return None
 
 
+def _sentences(exc: Exception) -> list[str]:
+    """The lines of a config dataclass's error: each of a ``ConfigError``'s, else the message."""
+    return list(exc.errors) if isinstance(exc, ConfigError) else [str(exc)]
+
+
 def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_groups: bool) -> float:
     """Smallest group mean that can reach the loss: with the all-equal groups filtered out, the
     lowest mixed group is n-1 rollouts at the lowest level and one at the next level."""
@@ -68,7 +70,6 @@ def surviving_group_min_mean(levels: tuple[float, ...], n: int, drops_constant_g
 
 def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) -> MOPDConfig | None:
     from verl_mopd.config import MOPDConfig
-    from verl_mopd.errors import ConfigError
 
     block = section(config, "mopd")
     if block is None:  # a plain verl run (e.g. GRPO with our reward) needs none
@@ -80,7 +81,7 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
                             "it (compose the recipe on top of verl_mopd's mopd.yaml)")
         return None
     try:
-        gate = MOPDConfig.from_mapping(block)  # unknown and removed keys, every field check
+        mopd_config = MOPDConfig.from_mapping(block)  # unknown and removed keys, every field check
     except ConfigError as exc:
         problems.extend(exc.errors)
         return None
@@ -88,18 +89,18 @@ def _check_mopd(config: DictConfig, problems: list[str], warnings: list[str]) ->
     if beta is not None and (isinstance(beta, bool) or not isinstance(beta, int | float) or beta < 0):
         problems.append(f"distillation.distillation_loss.distillation_loss_coef={beta!r} (beta): must be a number "
                         ">= 0 (UI-MOPD uses 0.01)")
-    if gate.enable:
+    if mopd_config.enable:
         problems.extend(p for p in [gate_metric_problem(config)] if p)
-        _check_gate_against_filter(config, gate, warnings)
+        _check_gate_against_filter(config, mopd_config, problems, warnings)
         mode = section(config, "actor_rollout_ref.actor.loss_agg_mode")
-        if gate.normalization == "kept" and mode is not None and mode != "token-mean":
+        if mopd_config.normalization == "kept" and mode is not None and mode != "token-mean":
             problems.append(
                 f"mopd.normalization=kept with actor_rollout_ref.actor.loss_agg_mode={mode}: 'kept' is exact only for "
                 "token-mean (the gate scales the kept samples by N_tokens / N_kept_tokens of the step, a token "
                 "ratio that is wrong for a per-sequence mean or a sum); use mopd.normalization=all or "
                 "loss_agg_mode=token-mean"
             )
-    return gate
+    return mopd_config
 
 
 #: how a recipe names verl-mopd's own reward function (``reward.custom_reward_function.path``)
@@ -146,8 +147,37 @@ def gate_metric_problem(config: DictConfig) -> str | None:
     return metric_problem(config, "mopd.gate_metric", block.get("gate_metric", "acc"), ("rm_scores",))
 
 
-def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: list[str]) -> None:
-    levels = METRIC_LEVELS.get(gate.gate_metric)
+def gate_metric_levels(config: DictConfig, metric: str, problems: list[str], warnings: list[str]) -> tuple[float, ...] | None:
+    """The values ``metric`` takes per sample, read from the configured reward: ``acc`` is 0 or 1;
+    ``rm_scores`` and ``score`` take the levels of verl-mopd's ``compute_score`` with the recipe's
+    ``reward_kwargs`` (:func:`verl_mopd.rewards.score.reward_levels`, which also refuses bad kwargs
+    here, before Ray). None, with a warning saying the check is skipped, for another reward, whose
+    levels are known only once it runs; None for any other metric."""
+    if metric == "acc":
+        return (0.0, 1.0)
+    if metric not in ("rm_scores", "score"):
+        return None
+    fn = section(config, "reward.custom_reward_function") or {}
+    if reward_extra_keys(config) is None:
+        warnings.append(
+            f"the reward gate is not checked against the group filter: mopd.gate_metric={metric} takes the levels of "
+            f"the configured reward ({fn.get('path')}:{fn.get('name')}), which are known only once it runs "
+            "(verl-mopd's compute_score is the one reward whose levels are read from the config)"
+        )
+        return None
+    from verl_mopd.rewards.score import reward_levels
+
+    kwargs = OmegaConf.to_container(fn.get("reward_kwargs") or {}, resolve=True)
+    try:
+        return reward_levels(**kwargs)
+    except (ValueError, TypeError) as exc:
+        problems.extend(f"reward.custom_reward_function.reward_kwargs: {e}" for e in _sentences(exc))
+        return None
+
+
+def _check_gate_against_filter(config: DictConfig, mopd_config: MOPDConfig, problems: list[str],
+                               warnings: list[str]) -> None:
+    levels = gate_metric_levels(config, mopd_config.gate_metric, problems, warnings)
     if levels is None:
         return
     n = int(section(config, "actor_rollout_ref.rollout.n") or 1)
@@ -158,28 +188,28 @@ def _check_gate_against_filter(config: DictConfig, gate: MOPDConfig, warnings: l
         # our quota sampler decides: "drop" evicts all-equal groups, "kl_only" keeps the low ones
         drops = (sampler.get("sampler_kwargs", {}) or {}).get("uniform_groups", "drop") == "drop"
     lowest = surviving_group_min_mean(levels, n, drops)
-    if lowest > gate.tau_kl:
+    if lowest > mopd_config.tau_kl:
         why = f"with all-equal groups filtered out and rollout.n={n}, " if drops else ""
         warnings.append(
-            f"the reward gate masks every group: {why}the lowest group-mean {gate.gate_metric} that reaches the "
-            f"loss is {lowest:.3f} > mopd.tau_kl={gate.tau_kl}, so the KL term is off for every trained sample. "
+            f"the reward gate masks every group: {why}the lowest group-mean {mopd_config.gate_metric} that reaches the "
+            f"loss is {lowest:.3f} > mopd.tau_kl={mopd_config.tau_kl}, so the KL term is off for every trained sample. "
             "Raise tau_kl, gate on another metric, or keep the all-failure groups for the KL term."
         )
-    if gate.tau_kl >= max(levels):
+    if mopd_config.tau_kl >= max(levels):
         warnings.append(
-            f"mopd.tau_kl={gate.tau_kl} >= the highest {gate.gate_metric} level {max(levels)}: the gate never "
+            f"mopd.tau_kl={mopd_config.tau_kl} >= the highest {mopd_config.gate_metric} level {max(levels)}: the gate never "
             "masks anything (set mopd.enable=false to say so)"
         )
 
 
-def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
+def run_teachers(config: DictConfig, mopd_config: MOPDConfig) -> dict[str, Any]:
     """``{routing value: teacher}`` of every teacher the run has, wherever it is declared: the
     worker teachers of ``mopd.teachers`` (``TeacherConfig``), or verl's own teacher loop
     (``distillation.teacher_models``, ``verl_mopd.teachers.verl_loop.LoopTeacher``)."""
     from verl_mopd.teachers.verl_loop import loop_teachers
 
-    if mopd.teachers:
-        return dict(mopd.teachers)
+    if mopd_config.teachers:
+        return dict(mopd_config.teachers)
     block = section(config, "distillation")
     distillation = None
     if block is not None:
@@ -191,20 +221,20 @@ def run_teachers(config: DictConfig, mopd: MOPDConfig) -> dict[str, Any]:
     return loop_teachers(distillation, trust_remote_code=trust)
 
 
-def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], warnings: list[str],
+def _check_teachers(config: DictConfig, mopd_config: MOPDConfig, problems: list[str], warnings: list[str],
                     head: bool = False) -> None:
     from verl_mopd.teachers.config import validate_platforms, validate_temperature
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
-    if mopd.teachers and bool(section(config, "distillation.enabled")):
+    if mopd_config.teachers and bool(section(config, "distillation.enabled")):
         problems.append(
-            f"mopd.teachers {mopd.platforms} run as worker groups, and distillation.enabled=true starts verl's "
+            f"mopd.teachers {mopd_config.platforms} run as worker groups, and distillation.enabled=true starts verl's "
             "teacher loop too: one teacher system per run. Keep mopd.teachers (hf/megatron) with "
             "distillation.enabled=false, or declare the teachers only in distillation.teacher_models"
         )
         return
-    teachers = run_teachers(config, mopd)  # mopd.teachers, else verl's loop
-    loop = {} if mopd.teachers else teachers
+    teachers = run_teachers(config, mopd_config)  # mopd.teachers, else verl's loop
+    loop = {} if mopd_config.teachers else teachers
     if not teachers:
         problems.append(
             "no teacher: mopd.teachers is empty and distillation.enabled=false: configure one teacher per platform "
@@ -215,19 +245,19 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
     problems.extend(validate_temperature(section(config, "actor_rollout_ref.rollout.temperature")))
     if loop and list(loop) != [ROUTES_EVERY_SAMPLE]:
         key = section(config, "distillation.teacher_key")
-        if key != mopd.routing_key:
+        if key != mopd_config.routing_key:
             problems.append(
-                f"distillation.teacher_key={key!r} but mopd.routing_key={mopd.routing_key!r}: verl's teacher loop "
+                f"distillation.teacher_key={key!r} but mopd.routing_key={mopd_config.routing_key!r}: verl's teacher loop "
                 "routes by one column and the gate, the metrics and the quotas by the other; set "
                 "distillation.teacher_key: ${mopd.routing_key}"
             )
     if list(teachers) != [ROUTES_EVERY_SAMPLE]:  # verl's single teacher scores every sample
         for split_name, key in (("train", "data.train_files"), ("val", "data.val_files")):
-            platforms = _data_platforms(section(config, key), mopd.routing_key, key, problems)
+            platforms = _data_platforms(section(config, key), mopd_config.routing_key, key, problems)
             if platforms is not None:
-                problems.extend(validate_platforms(platforms, teachers, split_name, mopd.routing_key))
+                problems.extend(validate_platforms(platforms, teachers, split_name, mopd_config.routing_key))
     actor_gpus = int(section(config, "trainer.n_gpus_per_node")) * int(section(config, "trainer.nnodes"))
-    for platform, t in mopd.teachers.items():
+    for platform, t in mopd_config.teachers.items():
         if t.placement == "colocated" and t.world_size > actor_gpus:
             problems.append(
                 f"mopd.teachers.{platform}: colocated with the actor but needs {t.world_size} devices "
@@ -246,13 +276,13 @@ def _check_teachers(config: DictConfig, mopd: MOPDConfig, problems: list[str], w
                 "micro-batches of at most micro_batch_tokens tokens and asserts every sequence fits "
                 f"(verl.utils.seqlen_balancing); set it >= {longest}"
             )
-    if mopd.teachers:  # which colocated teachers run together, where their weights wait (teachers.placement)
+    if mopd_config.teachers:  # which colocated teachers run together, where their weights wait (teachers.placement)
         from verl_mopd.teachers.placement import run_plan
 
-        problems.extend(run_plan(config, mopd.teachers).problems)
+        problems.extend(run_plan(config, mopd_config.teachers).problems)
     for t in teachers.values():
         _check_path(t.model_path_key, t.model_path, problems, warnings, head)
-    _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd.teachers))
+    _check_teachers_match_student(config, teachers, problems, warnings, in_workers=bool(mopd_config.teachers))
 
 
 def _longest_sequence(config: DictConfig) -> int | None:
@@ -321,7 +351,7 @@ def _data_platforms(files: Any, routing_key: str, key: str, problems: list[str])
 QUOTA_SAMPLERS = {"sync": "QuotaReplayBuffer", "async": "QuotaReplayBufferAsync"}
 
 
-def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[str]) -> None:
+def _check_sampler(config: DictConfig, mopd_config: MOPDConfig | None, problems: list[str]) -> None:
     """Our quota sampler: its kwargs (BatchingConfig), its domains against the teachers, and what it
     cannot serve (docs/batching.md, "Differences from verl's samplers")."""
     sampler = section(config, "trainer.v1.sampler")
@@ -335,8 +365,16 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
     try:
         batching = BatchingConfig.from_sampler_kwargs(kwargs)
     except (ValueError, TypeError) as exc:
-        problems.append(str(exc))
+        problems.extend(f"trainer.v1.sampler.sampler_kwargs: {e}" for e in _sentences(exc))
         return
+    if mopd_config is not None and batching.domain_key != mopd_config.routing_key:
+        written = "domain_key" in kwargs
+        problems.append(
+            f"trainer.v1.sampler.sampler_kwargs.domain_key={batching.domain_key!r}"
+            f"{'' if written else ' (its default)'} but mopd.routing_key={mopd_config.routing_key!r}: the quotas would count "
+            "one column while the teachers, the gate and the metrics read the other; set "
+            "domain_key: ${mopd.routing_key}"
+        )
     from verl.trainer.ppo.v1.replay_buffer import FILTER_GROUPS_REWARD_METRIC
 
     problems.extend(p for p in [metric_problem(config, "trainer.v1.sampler.sampler_kwargs.filter_metric",
@@ -372,11 +410,11 @@ def _check_sampler(config: DictConfig, mopd: MOPDConfig | None, problems: list[s
             )
     from verl_mopd.teachers.verl_loop import ROUTES_EVERY_SAMPLE
 
-    teachers = set(run_teachers(config, mopd)) - {ROUTES_EVERY_SAMPLE} if mopd is not None else set()
+    teachers = set(run_teachers(config, mopd_config)) - {ROUTES_EVERY_SAMPLE} if mopd_config is not None else set()
     if teachers and set(batching.quota.shares) != teachers:
         problems.append(
             f"trainer.v1.sampler.sampler_kwargs.quota.shares has domains {sorted(batching.quota.shares)} but "
-            f"the teachers serve {sorted(teachers)}: give every {mopd.routing_key} value a share"
+            f"the teachers serve {sorted(teachers)}: give every {mopd_config.routing_key} value a share"
         )
 
 
@@ -417,10 +455,10 @@ def _finite(config: DictConfig, key: str) -> Any:
 
 def _check_run_numbers(config: DictConfig, problems: list[str], warnings: list[str]) -> None:
     """Values that pass the dataclasses but make the run NaN or stall on the cluster."""
-    for key in ("mopd.tau_kl", "distillation.distillation_loss.distillation_loss_coef"):
-        bad = _finite(config, key)
-        if bad is not None:
-            problems.append(f"{key}={bad}: must be a finite number")
+    key = "distillation.distillation_loss.distillation_loss_coef"  # mopd.tau_kl's is MOPDConfig's own check
+    bad = _finite(config, key)
+    if bad is not None:
+        problems.append(f"{key}={bad}: must be a finite number")
     if section(config, "distillation.distillation_loss.loss_mode") == "mopd_k3":
         above = section(config, "distillation.distillation_loss.k3_linear_above")
         if isinstance(above, int | float) and math.isinf(above):
@@ -439,7 +477,7 @@ def validate(config: DictConfig, *, head: bool = False) -> tuple[list[str], list
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    from verl_mopd.losses import register_loss
+    from verl_mopd.verl_loss import register_loss
 
     register_loss()
     problems: list[str] = code_target_problems(config)
@@ -465,40 +503,16 @@ def validate(config: DictConfig, *, head: bool = False) -> tuple[list[str], list
             except (AssertionError, ValueError, TypeError) as exc:
                 problems.append(f"verl validate_config: {exc}")
 
-    mopd = _check_mopd(config, problems, warnings)
-    if mopd is not None:
-        _check_teachers(config, mopd, problems, warnings, head)
+    mopd_config = _check_mopd(config, problems, warnings)
+    if mopd_config is not None:
+        _check_teachers(config, mopd_config, problems, warnings, head)
         _check_placement_and_mode(config, problems)
-    _check_sampler(config, mopd, problems)
+    _check_sampler(config, mopd_config, problems)
     _check_run_numbers(config, problems, warnings)
     problems.extend(checkpoint_dir_problems(config))
     for key in ("actor_rollout_ref.model.path", "data.train_files", "data.val_files"):
         _check_path(key, section(config, key), problems, warnings, head)
     return problems, warnings
-
-
-def compose_recipe(path: str, overrides: list[str] | None = None, return_hydra_config: bool = False) -> DictConfig:
-    """Compose a recipe YAML (with its hydra defaults and searchpath) plus overrides, as hydra would."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    path = os.path.abspath(path)
-    if not os.path.isfile(path) or not path.endswith((".yaml", ".yml")):
-        raise FileNotFoundError(f"recipe {path} is not a YAML file")
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=os.path.dirname(path), version_base=None):
-        return compose(config_name=os.path.splitext(os.path.basename(path))[0], overrides=list(overrides or []),
-                       return_hydra_config=return_hydra_config)
-
-
-def addition_findings(path: str, config: DictConfig, overrides: list[str]) -> tuple[list[str], list[str]]:
-    """:func:`verl_mopd.trainer.overrides.unread_additions` for a recipe file: the ``+key`` overrides
-    that nothing reads (problems) or that look mistyped (warnings). The config groups are hydra's
-    own ``hydra.runtime.choices``, as the launch callback reads them."""
-    if not any(o.lstrip().startswith("+") for o in overrides):
-        return [], []
-    choices = set(compose_recipe(path, overrides, return_hydra_config=True).hydra.runtime.choices)
-    return unread_additions(config, overrides, lambda others: compose_recipe(path, others), choices.__contains__)
 
 
 def is_sft_recipe(config: DictConfig) -> bool:
@@ -534,67 +548,6 @@ def validate_sft(config: DictConfig, *, head: bool = False) -> tuple[list[str], 
     return problems, warnings
 
 
-def partial_recipe_problem(path: str) -> str | None:
-    """Why ``path`` is a recipe partial and which recipe to validate instead, or None.
-
-    A partial (``_name.yaml``, like ``recipes/ui_mopd/_stage2_ui_mopd.yaml``) holds keys that recipes
-    compose through their ``defaults`` list; alone it lacks verl's config. The recipes named are the
-    YAML files of its folder that list it."""
-    name = os.path.splitext(os.path.basename(path))[0]
-    if not name.startswith("_"):
-        return None
-    folder = os.path.dirname(path)
-    users = []
-    for other in sorted(os.listdir(folder or ".")):
-        if other.startswith("_") or not other.endswith((".yaml", ".yml")):
-            continue
-        try:
-            defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(folder, other))).get("defaults") or []
-        except Exception:  # noqa: BLE001 - not a readable recipe: it names no partial
-            continue
-        if any(isinstance(d, str) and (d == name or d.endswith("/" + name)) for d in defaults):
-            users.append(os.path.join(folder, other))
-    instead = (f"validate {' or '.join(users)}, which compose{'s' if len(users) == 1 else ''} it" if users
-               else "validate a recipe that lists it in its defaults")
-    return f"{path} is a recipe partial (its keys are composed into recipes), not a recipe: {instead}"
-
-
-def config_group_problem(path: str) -> str | None:
-    """Why ``path`` is an option of a config group and how to compose it on a recipe, or None.
-
-    A group option (a ``# @package`` YAML in a folder beside the recipes, like
-    ``recipes/ui_mopd/layout/stage2_cpu.yaml`` or ``recipes/ui_mopd/smoke/stage2_cpu.yaml``) changes
-    some keys of a recipe; alone it is no run. A group the recipes' defaults list choose is selected
-    with ``group=name``; any other with ``+group=name``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            head = [line for line in f.read(4096).splitlines() if line.startswith("#")]
-    except OSError:
-        return None
-    if not any(line.replace(" ", "").startswith("#@package") for line in head):
-        return None
-    folder = os.path.dirname(os.path.abspath(path))
-    group, name = os.path.basename(folder), os.path.splitext(os.path.basename(path))[0]
-    parent = os.path.dirname(folder)
-    recipes, choosing = [], []
-    for other in sorted(os.listdir(parent)):
-        if other.startswith("_") or not other.endswith((".yaml", ".yml")):
-            continue
-        try:
-            defaults = OmegaConf.to_container(OmegaConf.load(os.path.join(parent, other))).get("defaults") or []
-        except Exception:  # noqa: BLE001 - not a readable recipe
-            continue
-        recipes.append(os.path.join(parent, other))
-        if any(isinstance(d, dict) and group in d for d in defaults):
-            choosing.append(os.path.join(parent, other))
-    candidates = choosing or recipes or [os.path.join(parent, "<recipe>.yaml")]
-    stem = name.split("_")[0]  # stage2_cpu is composed on a stage2_* recipe
-    target = next((r for r in candidates if os.path.basename(r).startswith(stem)), candidates[0])
-    select = f"{group}={name}" if choosing else f"+{group}={name}"
-    return (f"{path} is the option {name!r} of the config group {group!r}, not a recipe: compose it on one, "
-            f"e.g. verl-mopd validate-recipe {target} {select}")
-
-
 def _not_a_trainer_config(config: DictConfig) -> str | None:
     missing = [k for k in ("data", "actor_rollout_ref", "critic", "algorithm", "trainer") if k not in config]
     if not missing:
@@ -603,54 +556,13 @@ def _not_a_trainer_config(config: DictConfig) -> str | None:
             "(or verl_mopd's mopd_base) in its defaults")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def validate_recipe_cli(path: str, overrides: list[str], print_config: bool = False, head: bool = False) -> int:
-    """``verl-mopd validate-recipe``: 0 when valid, 1 when not; problems printed in plain words. ``head``
-    (``--head``, which ``recipes/ui_mopd/run_stage{1,2}.sh`` pass): a local path missing here is an error.
-
-    Raises ``FileNotFoundError`` (no such file) and :class:`~verl_mopd.errors.UsageError` (a recipe
-    partial) before anything is composed."""
-    import sys
-
-    from verl_mopd.errors import UsageError
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(2, "no such recipe file", path)
-    partial = partial_recipe_problem(path) or config_group_problem(path)
-    if partial:
-        raise UsageError(partial)
-    refused = searchpath_problems(path, overrides)
-    if refused:
-        for p in refused:
-            print(f"ERROR: {p}", file=sys.stderr)
-        print(f"{path}: {_count(len(refused), 'problem')}", file=sys.stderr)
-        return 1
-    try:
-        config = compose_recipe(path, overrides)
-    except Exception as exc:  # noqa: BLE001 - composition errors are user errors
-        error = compose_error(str(exc), overrides, lambda others: compose_recipe(path, others))
-        print(f"{path}: cannot compose: {error}", file=sys.stderr)
-        return 1
+def validate_composed(config: DictConfig, *, head: bool = False) -> tuple[list[str], list[str]]:
+    """``(problems, warnings)`` of any composed recipe: a stage-1 SFT recipe (:func:`validate_sft`), a
+    config that is no trainer config (one problem), or a trainer recipe (:func:`validate`). What
+    ``verl-mopd validate-recipe`` and the launch callback (``verl_mopd.checks.launch``) both run."""
     if is_sft_recipe(config):
-        problems, warnings = validate_sft(config, head=head)
-    elif _not_a_trainer_config(config):
-        problems, warnings = [_not_a_trainer_config(config)], []
-    else:
-        problems, warnings = validate(config, head=head)
-    unread, suspicious = addition_findings(path, config, overrides)
-    problems, warnings = unread + problems, suspicious + warnings
-    if print_config:
-        print(OmegaConf.to_yaml(config, resolve=True))
-    from verl_mopd.teachers.placement import plan_lines
-
-    for line in plan_lines(config):
-        print(f"PLAN: {line}", file=sys.stderr)
-    for w in warnings:
-        print(f"WARNING: {w}", file=sys.stderr)
-    for p in problems:
-        print(f"ERROR: {p}", file=sys.stderr)
-    print(f"{path}: {'valid' if not problems else _count(len(problems), 'problem')}", file=sys.stderr)
-    return 0 if not problems else 1
+        return validate_sft(config, head=head)
+    not_trainer = _not_a_trainer_config(config)
+    if not_trainer:
+        return [not_trainer], []
+    return validate(config, head=head)

@@ -8,14 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl_mopd.trainer.validate import (
-    compose_recipe,
-    config_group_problem,
-    partial_recipe_problem,
-    surviving_group_min_mean,
-    validate,
-    validate_recipe_cli,
-)
+from verl_mopd.checks.recipe_cli import compose_recipe, config_group_problem, partial_recipe_problem, validate_recipe_cli
+from verl_mopd.checks.validate import surviving_group_min_mean, validate
 
 ROOT = pathlib.Path(__file__).parents[2]
 RECIPES = sorted(p for p in (ROOT / "recipes").rglob("*.yaml")
@@ -124,6 +118,31 @@ def test_gate_that_masks_every_surviving_group_warns():
     assert "the reward gate masks every group" in warnings
     _, warnings = _problems([])  # our recipe: all-failure groups kept for the KL, tau 0.5
     assert "masks every group" not in warnings
+
+
+def test_the_gates_levels_come_from_the_reward_config():
+    """``rm_scores`` takes compute_score's levels with the recipe's own ``reward_kwargs`` (the release's
+    in ``ui_mopd`` mode, the recipe's; strict mode's ScoreConfig otherwise), which are checked too."""
+    unfiltered = ["mopd.gate_metric=rm_scores", "trainer.v1.sampler.custom_sampler.path=null",
+                  "algorithm.filter_groups.enable=false", "mopd.tau_kl=1.0"]
+    _, warnings = _problems(unfiltered)
+    assert "mopd.tau_kl=1.0 >= the highest rm_scores level 1.0: the gate never masks anything" in warnings
+    problems, _ = _problems([*unfiltered, "+reward.custom_reward_function.reward_kwargs.correct=2.0"])
+    assert ("reward.custom_reward_function.reward_kwargs: mode='ui_mopd' reproduces the release and takes no "
+            "tolerances; got ['correct']") in problems
+    unfiltered.append("reward.custom_reward_function.reward_kwargs.mode=strict")
+    _, warnings = _problems([*unfiltered, "+reward.custom_reward_function.reward_kwargs.correct=2.0"])
+    assert "never masks" not in warnings  # the reward's own highest level, 2.0, is above tau
+    problems, _ = _problems([*unfiltered, "+reward.custom_reward_function.reward_kwargs.correct=-2.0"])
+    assert ("reward.custom_reward_function.reward_kwargs: correct=-2.0, partial=-0.5, "
+            "invalid=-1.0: need correct > partial >= invalid") in problems
+
+
+def test_another_rewards_levels_are_said_to_be_unknown():
+    multi_domain = ROOT / "examples" / "multi_domain_text" / "recipe.yaml"  # its own reward file
+    _, warnings = validate(compose_recipe(str(multi_domain), ["mopd.gate_metric=rm_scores"]))
+    assert any(w.startswith("the reward gate is not checked against the group filter: mopd.gate_metric=rm_scores")
+               for w in warnings), warnings
 
 
 def test_surviving_group_min_mean():

@@ -17,8 +17,8 @@ first part of its path that the recipe lacks:
 
 A hydra key that is no key (``rollout.n=8`` without ``+``) gets the nearest real key too
 (:func:`compose_error`), never hydra's ``+`` advice alone. ``verl-mopd validate-recipe``
-(``verl_mopd.trainer.validate``) and the hydra callback of ``mopd_base.yaml``
-(``verl_mopd.trainer.launch``, in every hydra launch) call them.
+(``verl_mopd.checks.validate``) and the hydra callback of ``mopd_base.yaml``
+(``verl_mopd.checks.launch``, in every hydra launch) call them.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def unread_additions(
         compose: composes the same recipe with other overrides (to see the recipe without the additions).
         is_group: whether a name is a config group of the recipe's search path.
     """
-    from verl_mopd.trainer.recipe_safety import config_dataclass
+    from verl_mopd.checks.recipe_safety import config_dataclass
 
     added = _key_additions(overrides, is_group)
     if not added:

@@ -6,7 +6,8 @@ import pathlib
 import pytest
 from verl.utils.config import omega_conf_to_dataclass
 
-from verl_mopd.trainer.validate import compose_recipe, validate
+from verl_mopd.checks.recipe_cli import compose_recipe
+from verl_mopd.checks.validate import validate
 
 STAGE2 = pathlib.Path(__file__).parents[2] / "recipes" / "ui_mopd" / "stage2_mopd_qwen3vl8b.yaml"
 SEPARATE = ["trainer.v1.trainer_mode=mopd_separate_async",

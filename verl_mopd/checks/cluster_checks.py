@@ -1,6 +1,6 @@
 """Cluster checks of a composed recipe: GPU counts, the separate-async trainer's asserts, colocation
 slots and the checkpoint folder, i.e. what verl checks only once the trainer and its pools exist.
-Used by ``verl_mopd.trainer.validate``.
+Used by ``verl_mopd.checks.validate``.
 """
 
 from __future__ import annotations
