@@ -3,6 +3,7 @@
 
 import pytest
 
+from verl_mopd.errors import ConfigError
 from verl_mopd.rewards import score
 
 
@@ -99,9 +100,9 @@ BOUNDS = "bbox_scale must be > 0, point_tolerance and swipe_min_length >= 0"
     ({"bbox_scale": 0, "text_f1": 2}, BOUNDS + "; text_f1=2: must be None or in (0, 1]"),
 ])
 def test_score_config_refuses_with_one_message_per_field(kwargs, message):
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ConfigError) as error:
         score.ScoreConfig(**kwargs)
-    assert str(error.value) == "invalid reward config: " + message
+    assert error.value.what == "reward config" and error.value.errors == message.split("; ")
 
 
 def _action(platform, **arguments):
